@@ -1,0 +1,104 @@
+// The speculation loop: draft, verify in one forward pass, walk the tree, commit, emit.
+//
+// One decoder drives one target_model. Requests live in slots; step() advances every active request by one
+// forward pass (continuous batching for the server; a single request for the CLI). Output is exactly what plain
+// decoding with the same sampler would produce: at every visited node the sampler draws once from that node's
+// logits and emits the draw; the walk continues only into a child drafted with the same token.
+#pragma once
+
+#include "rest/budget.h"
+#include "rest/drafter.h"
+#include "rest/sampler.h"
+#include "rest/target-model.h"
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace rest {
+
+enum class stop_reason {
+    none,     // still running
+    length,   // n_predict tokens emitted
+    eog,      // end-of-generation token emitted (it is part of the output)
+    context,  // the slot's context is full
+    stop,     // a caller-defined stop condition (e.g. a stop string) matched
+    cancelled,
+};
+
+const char * stop_reason_name(stop_reason r);
+
+struct generation_stats {
+    std::int64_t n_prompt = 0;      // prompt tokens
+    std::int64_t n_tokens = 0;      // emitted tokens
+    std::int64_t n_forward = 0;     // target forward passes: prompt chunks + steps
+    std::int64_t n_steps = 0;       // verification steps (forward passes after the prompt)
+    std::int64_t n_drafted = 0;     // draft nodes verified
+    std::int64_t n_accepted = 0;    // draft nodes accepted
+    std::vector<std::int64_t> accept_hist;  // [k] = steps that accepted k draft tokens
+    std::vector<std::int64_t> budget_hist;  // [n] = steps that verified n draft nodes
+    double t_prefill_us = 0;
+    double t_draft_us = 0;
+    double t_verify_us = 0;
+    double t_sample_us = 0;
+    double t_total_us = 0;
+
+    double tokens_per_forward() const { return n_forward ? double(n_tokens) / double(n_forward) : 0.0; }
+    void add(const generation_stats & o);
+};
+
+struct request_params {
+    std::int32_t n_predict = 128;   // most tokens to emit (< 0: until EOG or context end)
+    std::int32_t n_draft_max = 64;  // most draft nodes per step (0: plain decoding)
+    bool         stop_at_eog = true;
+};
+
+// One generation. The caller owns it and keeps it (and the drafter and sampler it points to) alive while the
+// decoder uses it.
+struct request {
+    std::int32_t        slot = 0;
+    request_params      params;
+    token_sampler *     sampler = nullptr;  // required
+    drafter *           draft = nullptr;    // optional: null means plain decoding
+    std::function<bool(token_id)> is_eog;   // required when params.stop_at_eog
+    // Called once per emitted token, in order; returning false stops the request (stop_reason::stop).
+    std::function<bool(token_id)> on_token;
+
+    std::vector<token_id> output;
+    stop_reason           stopped = stop_reason::none;
+    generation_stats      stats;
+
+    bool done() const { return stopped != stop_reason::none; }
+
+    // internal
+    token_id root = 0;  // last emitted token, not yet in the KV memory
+};
+
+class decoder {
+  public:
+    // policy may be null (then each request verifies min(n_draft_max, tree size) nodes). Both must outlive this.
+    decoder(target_model & model, budget_policy * policy);
+
+    // Clears the request's slot, processes the prompt (all but its last token) and readies the first step.
+    // Throws user_error when the prompt is empty or does not fit.
+    void start(request & r, std::span<const token_id> prompt);
+    // One forward pass for all given requests that are not done (their slots must differ).
+    void step(std::span<request * const> requests);
+    // start + step until done.
+    void run(request & r, std::span<const token_id> prompt);
+
+  private:
+    bool emit(request & r, token_id t);
+
+    target_model &  model_;
+    budget_policy * policy_;
+    // Per-step scratch, reused to keep the hot path free of allocations.
+    std::vector<draft_tree>   trees_;
+    std::vector<tree_request> batch_;
+    std::vector<request *>    live_;
+    std::vector<std::int32_t> path_;
+    std::vector<token_id>     emitted_;
+};
+
+}  // namespace rest

@@ -1,0 +1,79 @@
+// A read-only view of one datastore shard: the token array and its suffix array.
+//
+// Layout (both arrays are usually memory-mapped; the view owns neither and must not outlive them):
+//   text[0..n-1]  tokens, u16 or u32. Documents are separated by the width's maximum value (0xFFFF /
+//                 0xFFFFFFFF), which no real token uses (u16 is chosen only when n_vocab < 65535). The separator
+//                 sorts after every token, so no pattern match and no continuation crosses a document boundary.
+//   sa[0..n-1]    u32 suffix array: text positions in lexicographic (token-id) order of their suffixes.
+//
+// Every query is O(log n) per pattern token and touches only the pages it reads.
+#pragma once
+
+#include "rest/types.h"
+
+#include <cstdint>
+#include <span>
+
+namespace rest {
+
+// Half-open interval [lo, hi) of suffix-array ranks. All suffixes in it share a common prefix.
+struct sa_range {
+    std::uint64_t lo = 0;
+    std::uint64_t hi = 0;
+
+    std::uint64_t size() const { return hi - lo; }
+    bool empty() const { return hi <= lo; }
+    bool operator==(const sa_range &) const = default;
+};
+
+class index_shard {
+  public:
+    index_shard() = default;
+    // width is 2 or 4 (bytes per token). text and sa must hold n entries each.
+    index_shard(const void * text, const std::uint32_t * sa, std::uint64_t n, int width);
+
+    std::uint64_t n_tokens() const { return n_; }  // separators included
+    int width() const { return width_; }
+
+    // Token at text position pos; k_doc_end for a separator or pos >= n.
+    token_id token_at(std::uint64_t pos) const {
+        if (pos >= n_) {
+            return k_doc_end;
+        }
+        if (width_ == 2) {
+            const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];
+            return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);
+        }
+        const std::uint32_t v = static_cast<const std::uint32_t *>(text_)[pos];
+        return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
+    }
+
+    std::uint64_t suffix(std::uint64_t rank) const { return sa_[rank]; }
+
+    // Token at offset `depth` of the suffix with this rank (k_doc_end past a document's end).
+    token_id next_token(std::uint64_t rank, std::uint32_t depth) const { return token_at(sa_[rank] + depth); }
+
+    sa_range full() const { return {0, n_}; }
+
+    // Precondition: every suffix in r shares its first `depth` tokens, none of them a separator. Returns the
+    // sub-range whose token at `depth` equals t (t must be a real token, not k_doc_end). O(log |r|).
+    sa_range narrow(sa_range r, std::uint32_t depth, token_id t) const;
+
+    // The range of suffixes that start with `pattern` (empty when it does not occur). An empty pattern gives full().
+    sa_range find(std::span<const token_id> pattern) const;
+
+    // Sub-range of r (with its common prefix of length `depth`) whose token at `depth` equals the token at rank
+    // `rank`, which must lie in r: the "run" a child occupies. O(log |r|) by galloping from rank.
+    sa_range run_at(sa_range r, std::uint32_t depth, std::uint64_t rank) const;
+
+  private:
+    // Sort key of token t at a position: separators sort after every token.
+    std::uint64_t key_at(std::uint64_t pos) const;
+
+    const void *          text_  = nullptr;
+    const std::uint32_t * sa_    = nullptr;
+    std::uint64_t         n_     = 0;
+    int                   width_ = 2;
+};
+
+}  // namespace rest

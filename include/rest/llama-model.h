@@ -1,0 +1,62 @@
+// The llama.cpp adapter's public face. Nothing here exposes llama.h: a loaded model hands out the core's
+// interfaces (tokenizer, target_model, token_sampler).
+#pragma once
+
+#include "rest/index-builder.h"
+#include "rest/sampler.h"
+#include "rest/target-model.h"
+#include "rest/tokenizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace rest {
+
+// Loads only the vocabulary of a GGUF model (fast, no weights). Throws user_error for a missing or bad file.
+std::unique_ptr<tokenizer> load_tokenizer(const std::string & model_path);
+
+tokenizer_identity identity_of(const tokenizer & tok);
+
+struct context_params {
+    std::int32_t n_ctx     = 0;    // total positions over all slots; 0: the model's training context, capped at 4096
+    std::int32_t n_slots   = 1;    // concurrent sequences
+    std::int32_t n_batch   = 512;  // most tokens per llama_decode call
+    std::int32_t n_threads = 0;    // 0: all hardware threads
+};
+
+struct model_info {
+    std::string   path;
+    std::string   description;  // llama_model_desc, e.g. "llama 1B Q8_0"
+    std::uint64_t n_params = 0;
+    std::uint64_t size_bytes = 0;
+    std::int32_t  n_layer = 0;
+    std::int32_t  n_embd = 0;
+    std::int32_t  n_head = 0;
+    std::int32_t  n_head_kv = 0;
+    std::int32_t  n_ctx_train = 0;
+    std::int32_t  n_vocab = 0;
+    std::string   file_type;    // e.g. "Q8_0", "F32" (from general.file_type)
+    std::string   backend;      // e.g. "CPU", "CUDA0"
+};
+
+class model {
+  public:
+    virtual ~model() = default;
+
+    // Throws user_error (one line) for a missing, truncated or non-GGUF file.
+    static std::unique_ptr<model> load(const std::string & path, std::int32_t n_gpu_layers = 0);
+
+    virtual const model_info & info() const = 0;
+    virtual const tokenizer & vocab() const = 0;
+    virtual bool is_eog(token_id t) const = 0;
+    // A context with its own KV memory. The model must outlive it.
+    virtual std::unique_ptr<target_model> new_context(const context_params & params) const = 0;
+    // llama.cpp's sampler chain (penalties, top-k, top-p, min-p, temperature, dist) or an argmax when greedy.
+    virtual std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const = 0;
+};
+
+// Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (errors still print).
+void llama_log_quiet();
+
+}  // namespace rest

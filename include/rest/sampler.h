@@ -1,0 +1,47 @@
+// Token selection from one row of logits. Greedy is an argmax in the core; everything else is llama.cpp's
+// sampler chain behind the adapter (see llama-model.h), never a hand-written sampler.
+#pragma once
+
+#include "rest/types.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace rest {
+
+struct sampler_params {
+    float         temp             = 0.0f;   // <= 0: greedy (argmax)
+    std::int32_t  top_k            = 40;     // <= 0: off
+    float         top_p            = 0.95f;  // >= 1: off
+    float         min_p            = 0.05f;  // <= 0: off
+    float         repeat_penalty   = 1.0f;   // 1: off
+    std::int32_t  repeat_last_n    = 64;     // tokens the penalties look back over
+    float         presence_penalty = 0.0f;
+    float         frequency_penalty = 0.0f;
+    std::uint32_t seed             = 0xFFFFFFFFu;  // 0xFFFFFFFF: random
+
+    bool greedy() const { return temp <= 0.0f; }
+};
+
+class token_sampler {
+  public:
+    virtual ~token_sampler() = default;
+    // Draws a token from the distribution the chain derives from these logits. Consumes randomness.
+    virtual token_id sample(std::span<const float> logits) = 0;
+    // Records that t was emitted (penalty state). Called once per emitted token, in order.
+    virtual void accept(token_id t) = 0;
+    virtual bool is_greedy() const = 0;
+};
+
+// First index of the largest logit (ties go to the lowest id, as llama.cpp's greedy sampler does).
+token_id argmax(std::span<const float> logits);
+
+class greedy_sampler final : public token_sampler {
+  public:
+    token_id sample(std::span<const float> logits) override { return argmax(logits); }
+    void accept(token_id) override {}
+    bool is_greedy() const override { return true; }
+};
+
+}  // namespace rest

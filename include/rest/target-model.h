@@ -1,0 +1,58 @@
+// The target model as the decoder sees it: a batched tree decoder with per-slot KV memory.
+//
+// The llama.cpp adapter implements it (src/llama/); tests implement it with fake models, so the speculation loop,
+// the acceptance walk and the cost model are testable without llama.cpp.
+//
+// Slots are independent sequences (one per concurrent request). Each slot has committed tokens at positions
+// [0, n_past). A step decodes, for each participating slot, its root (the last emitted token, not yet in memory)
+// at position n_past and its draft nodes at n_past + depth, every node attending only to the committed prefix and
+// its own ancestors. commit() then keeps the root and the accepted path and forgets every other node.
+#pragma once
+
+#include "rest/types.h"
+
+#include <cstdint>
+#include <span>
+
+namespace rest {
+
+struct tree_request {
+    std::int32_t                  slot = 0;
+    token_id                      root = 0;   // position n_past(slot)
+    std::span<const token_id>     tokens;     // draft nodes, parents before children
+    std::span<const std::int32_t> parents;    // -1: child of the root
+    std::span<const std::int32_t> depths;     // >= 1
+};
+
+enum class decode_status {
+    ok,
+    no_memory,  // the KV memory cannot hold the batch: retry with smaller trees
+};
+
+class target_model {
+  public:
+    virtual ~target_model() = default;
+
+    virtual std::int32_t n_vocab() const = 0;
+    virtual std::int32_t n_slots() const = 0;
+    // Most positions (committed tokens + tree cells) one slot may hold.
+    virtual std::int32_t n_ctx_slot() const = 0;
+    // Most draft leaves one decode() may carry in total over all requests (the adapter spends one sequence id each).
+    virtual std::int32_t n_leaves_max() const = 0;
+    virtual std::int32_t n_past(std::int32_t slot) const = 0;
+
+    // Appends tokens to a slot's committed memory without computing logits (prompt processing). Throws on failure.
+    virtual void prefill(std::int32_t slot, std::span<const token_id> tokens) = 0;
+    // One forward pass over every request's root and tree. Slots must be distinct.
+    virtual decode_status decode(std::span<const tree_request> requests) = 0;
+    // Logits of request r's node (node == -1: its root) from the last decode(). Valid until the next decode().
+    virtual std::span<const float> logits(std::int32_t request, std::int32_t node) const = 0;
+    // Commits request r's root and the accepted nodes `path` (root's child first) to its slot; discards the rest.
+    virtual void commit(std::int32_t request, std::span<const std::int32_t> path) = 0;
+    // Forgets a slot's memory (n_past becomes 0).
+    virtual void clear(std::int32_t slot) = 0;
+    // Number of forward passes (decode and prefill calls that reached the model) so far.
+    virtual std::int64_t n_forward() const = 0;
+};
+
+}  // namespace rest

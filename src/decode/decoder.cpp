@@ -1,0 +1,269 @@
+#include "rest/decoder.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace rest {
+
+namespace {
+
+double now_us() {
+    using clock = std::chrono::steady_clock;
+    return std::chrono::duration<double, std::micro>(clock::now().time_since_epoch()).count();
+}
+
+void bump(std::vector<std::int64_t> & hist, size_t k) {
+    if (hist.size() <= k) {
+        hist.resize(k + 1, 0);
+    }
+    ++hist[k];
+}
+
+// The child of `node` (-1: root) drafted with token t among the first n nodes, or -1.
+std::int32_t find_child(const draft_tree & tree, std::int32_t node, token_id t) {
+    for (size_t i = 0; i < tree.size(); ++i) {
+        if (tree.parents[i] == node && tree.tokens[i] == t) {
+            return (std::int32_t) i;
+        }
+    }
+    return -1;
+}
+
+}  // namespace
+
+const char * stop_reason_name(stop_reason r) {
+    switch (r) {
+        case stop_reason::none:      return "none";
+        case stop_reason::length:    return "length";
+        case stop_reason::eog:       return "eog";
+        case stop_reason::context:   return "context";
+        case stop_reason::stop:      return "stop";
+        case stop_reason::cancelled: return "cancelled";
+    }
+    return "?";
+}
+
+void generation_stats::add(const generation_stats & o) {
+    n_prompt += o.n_prompt;
+    n_tokens += o.n_tokens;
+    n_forward += o.n_forward;
+    n_steps += o.n_steps;
+    n_drafted += o.n_drafted;
+    n_accepted += o.n_accepted;
+    for (size_t k = 0; k < o.accept_hist.size(); ++k) {
+        if (accept_hist.size() <= k) accept_hist.resize(k + 1, 0);
+        accept_hist[k] += o.accept_hist[k];
+    }
+    for (size_t k = 0; k < o.budget_hist.size(); ++k) {
+        if (budget_hist.size() <= k) budget_hist.resize(k + 1, 0);
+        budget_hist[k] += o.budget_hist[k];
+    }
+    t_prefill_us += o.t_prefill_us;
+    t_draft_us += o.t_draft_us;
+    t_verify_us += o.t_verify_us;
+    t_sample_us += o.t_sample_us;
+    t_total_us += o.t_total_us;
+}
+
+decoder::decoder(target_model & model, budget_policy * policy) : model_(model), policy_(policy) {}
+
+void decoder::start(request & r, std::span<const token_id> prompt) {
+    if (prompt.empty()) {
+        throw user_error("the prompt is empty (no tokens)");
+    }
+    if (!r.sampler) {
+        throw std::invalid_argument("decoder::start: request has no sampler");
+    }
+    if ((std::int32_t) prompt.size() >= model_.n_ctx_slot()) {
+        throw user_error("the prompt has " + std::to_string(prompt.size()) + " tokens, but the context holds " +
+                         std::to_string(model_.n_ctx_slot()) + " per slot");
+    }
+    const double t0 = now_us();
+    r.output.clear();
+    r.stopped = stop_reason::none;
+    r.stats   = generation_stats{};
+    model_.clear(r.slot);
+    const std::int64_t f0 = model_.n_forward();
+    model_.prefill(r.slot, prompt.first(prompt.size() - 1));
+    r.stats.n_forward += model_.n_forward() - f0;
+    r.stats.n_prompt = (std::int64_t) prompt.size();
+    r.root           = prompt.back();
+    if (r.draft) {
+        r.draft->reset(prompt);
+    }
+    if (r.params.n_predict == 0) {
+        r.stopped = stop_reason::length;
+    }
+    const double dt = now_us() - t0;
+    r.stats.t_prefill_us += dt;
+    r.stats.t_total_us += dt;
+}
+
+bool decoder::emit(request & r, token_id t) {
+    r.output.push_back(t);
+    ++r.stats.n_tokens;
+    if (r.on_token && !r.on_token(t)) {
+        r.stopped = stop_reason::stop;
+    } else if (r.params.stop_at_eog && r.is_eog && r.is_eog(t)) {
+        r.stopped = stop_reason::eog;
+    } else if (r.params.n_predict >= 0 && (std::int64_t) r.output.size() >= r.params.n_predict) {
+        r.stopped = stop_reason::length;
+    }
+    return !r.done();
+}
+
+void decoder::step(std::span<request * const> requests) {
+    live_.clear();
+    for (request * r : requests) {
+        if (r->done()) {
+            continue;
+        }
+        // The root needs one free position; without it the context is full.
+        if (model_.n_past(r->slot) + 1 > model_.n_ctx_slot()) {
+            r->stopped = stop_reason::context;
+            continue;
+        }
+        live_.push_back(r);
+    }
+    if (live_.empty()) {
+        return;
+    }
+    const double t_step0 = now_us();
+    if (trees_.size() < live_.size()) {
+        trees_.resize(live_.size());
+    }
+
+    // 1. Draft. Every request's tree is capped by its context room and its share of sequence ids (one per leaf).
+    const std::int32_t leaf_share = std::max(1, model_.n_leaves_max() / (std::int32_t) live_.size());
+    std::int32_t       rows       = 0;
+    for (size_t i = 0; i < live_.size(); ++i) {
+        request &    r    = *live_[i];
+        draft_tree & tree = trees_[i];
+        tree.clear();
+        const std::int32_t room = model_.n_ctx_slot() - model_.n_past(r.slot) - 1;
+        const std::int32_t cap  = std::min(r.params.n_draft_max, room);
+        if (r.draft && cap > 0) {
+            const double t0 = now_us();
+            tree = r.draft->draft(cap);
+            r.stats.t_draft_us += now_us() - t0;
+        }
+        rows += 1 + (std::int32_t) tree.size();
+    }
+    // 2. Budget: each request keeps the best prefix of its tree that the policy says pays for itself.
+    batch_.clear();
+    for (size_t i = 0; i < live_.size(); ++i) {
+        request &    r    = *live_[i];
+        draft_tree & tree = trees_[i];
+        if (!tree.empty()) {
+            std::int32_t n = (std::int32_t) tree.size();
+            if (policy_) {
+                budget_query q;
+                q.tree          = &tree;
+                q.n_past        = model_.n_past(r.slot);
+                q.n_batch_other = rows - 1 - (std::int32_t) tree.size();
+                q.n_max         = n;
+                n               = std::clamp(policy_->choose(q), 0, n);
+            }
+            while (n > 0 && (std::int32_t) tree.n_leaves(n) > leaf_share) {
+                --n;
+            }
+            rows -= (std::int32_t) tree.size() - n;
+            tree.truncate(n);
+        }
+        tree_request tr;
+        tr.slot    = r.slot;
+        tr.root    = r.root;
+        tr.tokens  = tree.tokens;
+        tr.parents = tree.parents;
+        tr.depths  = tree.depths;
+        batch_.push_back(tr);
+    }
+
+    // 3. Verify: one forward pass. If the memory cannot hold the trees, fall back to plain decoding this step.
+    const double t_dec0 = now_us();
+    if (model_.decode(batch_) != decode_status::ok) {
+        for (size_t i = 0; i < live_.size(); ++i) {
+            trees_[i].clear();
+            batch_[i].tokens  = {};
+            batch_[i].parents = {};
+            batch_[i].depths  = {};
+        }
+        rows = (std::int32_t) live_.size();
+        if (model_.decode(batch_) != decode_status::ok) {
+            for (request * r : live_) {
+                r->stopped = stop_reason::context;
+            }
+            return;
+        }
+    }
+    const double t_verify = now_us() - t_dec0;
+    if (policy_) {
+        policy_->observe(rows, t_verify, model_.n_past(live_[0]->slot));
+    }
+
+    // 4. Walk each tree: sample once per visited node, follow the child drafted with the sampled token.
+    for (size_t i = 0; i < live_.size(); ++i) {
+        request &          r    = *live_[i];
+        const draft_tree & tree = trees_[i];
+        const double       t0   = now_us();
+        path_.clear();
+        emitted_.clear();
+        std::int32_t node = -1;
+        while (true) {
+            const token_id t = r.sampler->sample(model_.logits((std::int32_t) i, node));
+            r.sampler->accept(t);
+            emitted_.push_back(t);
+            const bool go_on = emit(r, t);
+            const std::int32_t child = find_child(tree, node, t);
+            if (child < 0) {
+                r.root = t;
+                break;
+            }
+            path_.push_back(child);  // t is already in the KV memory as this child
+            node = child;
+            if (!go_on) {
+                break;
+            }
+        }
+        model_.commit((std::int32_t) i, path_);
+        if (policy_ && !tree.empty()) {
+            policy_->observe_acceptance(tree, (std::int32_t) tree.size(), (std::int32_t) path_.size());
+        }
+        if (r.draft) {
+            r.draft->accept(emitted_);
+        }
+        ++r.stats.n_forward;
+        ++r.stats.n_steps;
+        r.stats.n_drafted += (std::int64_t) tree.size();
+        r.stats.n_accepted += (std::int64_t) path_.size();
+        bump(r.stats.accept_hist, path_.size());
+        bump(r.stats.budget_hist, tree.size());
+        r.stats.t_verify_us += t_verify;
+        r.stats.t_sample_us += now_us() - t0;
+    }
+    const double t_step = now_us() - t_step0;
+    for (request * r : live_) {
+        r->stats.t_total_us += t_step;
+    }
+}
+
+void decoder::run(request & r, std::span<const token_id> prompt) {
+    start(r, prompt);
+    request * one[] = {&r};
+    while (!r.done()) {
+        step(one);
+    }
+    if (r.draft) {
+        r.draft->finish();
+    }
+}
+
+std::int32_t fixed_budget::choose(const budget_query & q) {
+    return std::min(n_, q.n_max);
+}
+
+token_id argmax(std::span<const float> logits) {
+    return (token_id) (std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+}  // namespace rest

@@ -1,0 +1,3 @@
+set(REST_DECODE_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/decoder.cpp
+)

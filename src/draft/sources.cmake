@@ -1,0 +1,1 @@
+set(REST_DRAFT_SOURCES)

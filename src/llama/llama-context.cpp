@@ -1,0 +1,183 @@
+#include "llama-context.h"
+
+#include "llama-util.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace rest {
+
+llama_target::llama_target(llama_model * model, const context_params & params) {
+    n_slots_ = std::max(1, params.n_slots);
+    if (n_slots_ >= 256) {
+        throw user_error("at most 255 slots are supported (llama.cpp allows 256 sequence ids per context)");
+    }
+    llama_context_params cp = llama_context_default_params();
+    const int32_t n_ctx_train = llama_model_n_ctx_train(model);
+    int32_t       n_ctx       = params.n_ctx > 0 ? params.n_ctx : std::min(n_ctx_train, 4096) * n_slots_;
+    cp.n_ctx      = n_ctx;
+    n_batch_      = std::max(params.n_batch, 64);
+    cp.n_batch    = n_batch_;
+    cp.n_ubatch   = n_batch_;
+    n_seq_max_    = 256;  // LLAMA_MAX_SEQ: the pool beyond the slots lends one id per draft leaf
+    cp.n_seq_max  = n_seq_max_;
+    cp.kv_unified = true;  // one cell pool: sequence ids tag shared cells instead of copying them
+    const int32_t n_threads =
+        params.n_threads > 0 ? params.n_threads : std::max(1, (int32_t) std::thread::hardware_concurrency());
+    cp.n_threads       = n_threads;
+    cp.n_threads_batch = n_threads;
+    cp.no_perf         = true;
+    ctx_.reset(llama_init_from_model(model, cp));
+    if (!ctx_) {
+        throw user_error("cannot create a llama.cpp context (n_ctx " + std::to_string(n_ctx) + "): " + llama_last_error());
+    }
+    mem_        = llama_get_memory(ctx_.get());
+    n_vocab_    = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    n_ctx_slot_ = (int32_t) llama_n_ctx(ctx_.get()) / n_slots_;
+    n_past_.assign(n_slots_, 0);
+    batch_ = llama_batch_init(n_batch_, 0, n_seq_max_);
+}
+
+llama_target::~llama_target() {
+    llama_batch_free(batch_);
+}
+
+void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens) {
+    if (n_past_[slot] + (int32_t) tokens.size() > n_ctx_slot_) {
+        throw user_error("the prompt (" + std::to_string(tokens.size()) + " tokens) does not fit the context (" +
+                         std::to_string(n_ctx_slot_) + " positions per slot)");
+    }
+    for (size_t off = 0; off < tokens.size(); off += n_batch_) {
+        const size_t n = std::min(tokens.size() - off, (size_t) n_batch_);
+        batch_.n_tokens = (int32_t) n;
+        for (size_t i = 0; i < n; ++i) {
+            batch_.token[i]     = tokens[off + i];
+            batch_.pos[i]       = n_past_[slot] + (llama_pos) i;
+            batch_.n_seq_id[i]  = 1;
+            batch_.seq_id[i][0] = slot;
+            batch_.logits[i]    = 0;
+        }
+        const int32_t rc = llama_decode(ctx_.get(), batch_);
+        ++n_forward_;
+        if (rc != 0) {
+            throw std::runtime_error("llama_decode failed during prompt processing (code " + std::to_string(rc) + ")");
+        }
+        n_past_[slot] += (int32_t) n;
+    }
+}
+
+decode_status llama_target::decode(std::span<const tree_request> requests) {
+    release_borrowed();
+    layout_.clear();
+    layout_.resize(requests.size());
+
+    int32_t n_rows = 0;
+    for (const auto & r : requests) {
+        n_rows += 1 + (int32_t) r.tokens.size();
+    }
+    if (n_rows > n_batch_) {
+        return decode_status::no_memory;
+    }
+
+    int32_t next_seq = n_slots_;
+    int32_t row      = 0;
+    for (size_t ri = 0; ri < requests.size(); ++ri) {
+        const tree_request & r  = requests[ri];
+        request_layout &     lo = layout_[ri];
+        const int32_t        n  = (int32_t) r.tokens.size();
+        lo.slot = r.slot;
+        lo.row0 = row;
+        lo.leaf_seq.assign(n, -1);
+
+        // Leaves (nodes nobody names as parent) each borrow a sequence id; the ids propagate to every ancestor.
+        std::vector<char> has_child(n, 0);
+        for (int32_t i = 0; i < n; ++i) {
+            if (r.parents[i] >= 0) {
+                has_child[r.parents[i]] = 1;
+            }
+        }
+        std::vector<std::vector<llama_seq_id>> seqs(n);
+        std::vector<llama_seq_id>              root_seqs = {r.slot};
+        for (int32_t i = 0; i < n; ++i) {
+            if (has_child[i]) {
+                continue;
+            }
+            if (next_seq >= n_seq_max_) {
+                release_borrowed();
+                return decode_status::no_memory;
+            }
+            const int32_t s = next_seq++;
+            lo.borrowed.push_back(s);
+            llama_memory_seq_cp(mem_, r.slot, s, -1, -1);
+            for (int32_t v = i; v >= 0; v = r.parents[v]) {
+                seqs[v].push_back(s);
+                lo.leaf_seq[v] = s;
+            }
+            root_seqs.push_back(s);
+        }
+
+        const llama_pos p0  = n_past_[r.slot];
+        auto            put = [&](token_id tok, llama_pos pos, const std::vector<llama_seq_id> & ids) {
+            batch_.token[row]    = tok;
+            batch_.pos[row]      = pos;
+            batch_.n_seq_id[row] = (int32_t) ids.size();
+            std::copy(ids.begin(), ids.end(), batch_.seq_id[row]);
+            batch_.logits[row] = 1;
+            ++row;
+        };
+        put(r.root, p0, root_seqs);
+        for (int32_t i = 0; i < n; ++i) {
+            put(r.tokens[i], p0 + r.depths[i], seqs[i]);
+        }
+    }
+    batch_.n_tokens = row;
+
+    const int32_t rc = llama_decode(ctx_.get(), batch_);
+    ++n_forward_;
+    if (rc == 1) {
+        release_borrowed();
+        return decode_status::no_memory;
+    }
+    if (rc != 0) {
+        release_borrowed();
+        throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + ")");
+    }
+    return decode_status::ok;
+}
+
+std::span<const float> llama_target::logits(std::int32_t request, std::int32_t node) const {
+    const float * p = llama_get_logits_ith(ctx_.get(), layout_[request].row0 + 1 + node);
+    return {p, (size_t) n_vocab_};
+}
+
+void llama_target::commit(std::int32_t request, std::span<const std::int32_t> path) {
+    request_layout & lo = layout_[request];
+    const llama_pos  p0 = n_past_[lo.slot];
+    if (!path.empty()) {
+        // The borrowed id of a leaf below the last accepted node tags exactly the accepted path (plus deeper,
+        // rejected nodes at higher positions, which the range excludes).
+        const int32_t s = lo.leaf_seq[path.back()];
+        llama_memory_seq_cp(mem_, s, lo.slot, p0 + 1, p0 + 1 + (llama_pos) path.size());
+    }
+    for (int32_t s : lo.borrowed) {
+        llama_memory_seq_rm(mem_, s, -1, -1);
+    }
+    lo.borrowed.clear();
+    n_past_[lo.slot] = p0 + 1 + (int32_t) path.size();
+}
+
+void llama_target::release_borrowed() {
+    for (auto & lo : layout_) {
+        for (int32_t s : lo.borrowed) {
+            llama_memory_seq_rm(mem_, s, -1, -1);
+        }
+        lo.borrowed.clear();
+    }
+}
+
+void llama_target::clear(std::int32_t slot) {
+    llama_memory_seq_rm(mem_, slot, -1, -1);
+    n_past_[slot] = 0;
+}
+
+}  // namespace rest

@@ -1,0 +1,59 @@
+// target_model over one llama_context with a unified KV memory shared by all slots.
+//
+// Sequence ids: slot s keeps its committed tokens in sequence s. Draft leaves borrow ids from the pool
+// [n_slots, n_seq_max). Before a decode each borrowed id gets a copy of its slot's prefix (llama_memory_seq_cp
+// only tags existing cells, it copies no data), and every tree node carries the ids of all leaves below it, so its
+// first id's mask shows it exactly the prefix and its ancestors. After acceptance the accepted path is tagged with
+// the slot's id and the borrowed ids are removed, which frees every rejected cell.
+#pragma once
+
+#include "llama-cpp.h"
+#include "rest/llama-model.h"
+#include "rest/target-model.h"
+
+#include <vector>
+
+namespace rest {
+
+class llama_target final : public target_model {
+  public:
+    llama_target(llama_model * model, const context_params & params);
+    ~llama_target() override;
+
+    std::int32_t n_vocab() const override { return n_vocab_; }
+    std::int32_t n_slots() const override { return n_slots_; }
+    std::int32_t n_ctx_slot() const override { return n_ctx_slot_; }
+    std::int32_t n_leaves_max() const override { return n_seq_max_ - n_slots_; }
+    std::int32_t n_past(std::int32_t slot) const override { return n_past_[slot]; }
+
+    void prefill(std::int32_t slot, std::span<const token_id> tokens) override;
+    decode_status decode(std::span<const tree_request> requests) override;
+    std::span<const float> logits(std::int32_t request, std::int32_t node) const override;
+    void commit(std::int32_t request, std::span<const std::int32_t> path) override;
+    void clear(std::int32_t slot) override;
+    std::int64_t n_forward() const override { return n_forward_; }
+
+  private:
+    struct request_layout {
+        std::int32_t              slot = 0;
+        std::int32_t              row0 = 0;     // batch row of the root; node i is row0 + 1 + i
+        std::vector<std::int32_t> leaf_seq;     // node -> borrowed seq id of one leaf below it (-1: none yet)
+        std::vector<std::int32_t> borrowed;     // seq ids lent to this request
+    };
+
+    void release_borrowed();
+
+    llama_context_ptr           ctx_;
+    llama_memory_t              mem_ = nullptr;
+    llama_batch                 batch_{};
+    std::int32_t                n_vocab_ = 0;
+    std::int32_t                n_slots_ = 1;
+    std::int32_t                n_seq_max_ = 1;
+    std::int32_t                n_ctx_slot_ = 0;
+    std::int32_t                n_batch_ = 0;
+    std::vector<std::int32_t>   n_past_;
+    std::vector<request_layout> layout_;
+    std::int64_t                n_forward_ = 0;
+};
+
+}  // namespace rest

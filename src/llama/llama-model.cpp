@@ -1,0 +1,83 @@
+#include "llama-context.h"
+#include "llama-sampler.h"
+#include "llama-tokenizer.h"
+#include "llama-util.h"
+#include "rest/llama-model.h"
+
+namespace rest {
+
+namespace {
+
+class llama_loaded_model final : public model {
+  public:
+    llama_loaded_model(const std::string & path, llama_model_ptr m) :
+        model_(std::move(m)), tok_(model_.get()) {
+        const llama_model * mp = model_.get();
+        info_.path = path;
+        char buf[256] = {};
+        llama_model_desc(mp, buf, sizeof(buf));
+        info_.description = buf;
+        info_.n_params    = llama_model_n_params(mp);
+        info_.size_bytes  = llama_model_size(mp);
+        info_.n_layer     = llama_model_n_layer(mp);
+        info_.n_embd      = llama_model_n_embd(mp);
+        info_.n_head      = llama_model_n_head(mp);
+        info_.n_head_kv   = llama_model_n_head_kv(mp);
+        info_.n_ctx_train = llama_model_n_ctx_train(mp);
+        info_.n_vocab     = llama_vocab_n_tokens(llama_model_get_vocab(mp));
+        buf[0]            = 0;
+        llama_model_meta_val_str(mp, "general.file_type", buf, sizeof(buf));
+        info_.file_type = file_type_name(buf[0] ? std::atoi(buf) : -1);
+        info_.backend   = ggml_backend_dev_count() > 1 ? ggml_backend_dev_name(ggml_backend_dev_get(0)) : "CPU";
+    }
+
+    const model_info & info() const override { return info_; }
+    const tokenizer & vocab() const override { return tok_; }
+    bool is_eog(token_id t) const override { return llama_vocab_is_eog(llama_model_get_vocab(model_.get()), t); }
+
+    std::unique_ptr<target_model> new_context(const context_params & params) const override {
+        return std::make_unique<llama_target>(model_.get(), params);
+    }
+
+    std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const override {
+        if (params.greedy()) {
+            return std::make_unique<greedy_sampler>();
+        }
+        return std::make_unique<llama_chain_sampler>(llama_model_get_vocab(model_.get()), params);
+    }
+
+  private:
+    static std::string file_type_name(int ft) {
+        switch (ft) {
+            case 0:  return "F32";
+            case 1:  return "F16";
+            case 2:  return "Q4_0";
+            case 3:  return "Q4_1";
+            case 7:  return "Q8_0";
+            case 32: return "BF16";
+            case -1: return "unknown";
+            default: return "type " + std::to_string(ft);
+        }
+    }
+
+    llama_model_ptr model_;
+    llama_tokenizer tok_;
+    model_info      info_;
+};
+
+}  // namespace
+
+std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_layers) {
+    llama_ensure_backend();
+    llama_check_gguf_file(path);
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers       = n_gpu_layers;
+    llama_model_ptr m(llama_model_load_from_file(path.c_str(), mp));
+    if (!m) {
+        const std::string why = llama_last_error();
+        throw user_error("cannot load model '" + path + "'" + (why.empty() ? std::string() : ": " + why));
+    }
+    return std::make_unique<llama_loaded_model>(path, std::move(m));
+}
+
+}  // namespace rest
