@@ -7,7 +7,7 @@
 #pragma once
 
 #include "rest/budget.h"
-#include "rest/drafter.h"
+#include "rest/draft-provider.h"
 #include "rest/sampler.h"
 #include "rest/target-model.h"
 
@@ -60,7 +60,7 @@ struct request {
     std::int32_t        slot = 0;
     request_params      params;
     token_sampler *     sampler = nullptr;  // required
-    drafter *           draft = nullptr;    // optional: null means plain decoding
+    draft_provider *    draft = nullptr;    // optional: null means plain decoding
     std::function<bool(token_id)> is_eog;   // required when params.stop_at_eog
     // Called once per emitted token, in order; returning false stops the request (stop_reason::stop).
     std::function<bool(token_id)> on_token;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "rest/datastore.h"
+#include "rest/draft-provider.h"
 #include "rest/draft-tree.h"
 
 #include <cstdint>
@@ -38,21 +39,24 @@ struct draft_stats {
     double        t_draft_us = 0;             // time spent in draft() (incl. update of the match state)
 };
 
-class drafter {
+class drafter final : public draft_provider {
   public:
     drafter(const datastore * ds, history_store * history, drafter_params params);
-    ~drafter();
+    ~drafter() override;
     drafter(drafter &&) noexcept;
     drafter & operator=(drafter &&) noexcept;
 
     // Starts a request: the context is the prompt.
-    void reset(std::span<const token_id> prompt);
+    void reset(std::span<const token_id> prompt) override;
     // Appends emitted tokens to the context (incremental: match state is updated, not recomputed).
-    void accept(std::span<const token_id> tokens);
+    void accept(std::span<const token_id> tokens) override;
     // Builds the best-first tree of at most n_budget nodes (<= params.n_budget_max) continuing the context.
-    draft_tree draft(int n_budget, draft_stats * stats = nullptr);
+    draft_tree draft(int n_budget) override { return draft(n_budget, nullptr); }
+    draft_tree draft(int n_budget, draft_stats * stats);
+    // The stats of the last draft() call.
+    const draft_stats & last_stats() const;
     // Ends the request: hands its output to the history store (if any).
-    void finish();
+    void finish() override;
 
     std::span<const token_id> context() const;
 

@@ -12,7 +12,7 @@ namespace rest {
 
 namespace {
 
-const char * vocab_type_name(llama_vocab_type t) {
+const char * vocab_type_name(enum llama_vocab_type t) {
     switch (t) {
         case LLAMA_VOCAB_TYPE_SPM:  return "spm";
         case LLAMA_VOCAB_TYPE_BPE:  return "bpe";
@@ -31,7 +31,7 @@ llama_tokenizer::llama_tokenizer(const llama_model * model, llama_model_ptr owne
     XXH3_state_t * st = XXH3_createState();
     XXH3_64bits_reset(st);
     const int32_t          n    = llama_vocab_n_tokens(vocab_);
-    const llama_vocab_type type = llama_vocab_type(vocab_);
+    const enum llama_vocab_type type = llama_vocab_type(vocab_);
     XXH3_64bits_update(st, &type, sizeof(type));
     XXH3_64bits_update(st, &n, sizeof(n));
     for (int32_t i = 0; i < n; ++i) {
