@@ -1,0 +1,122 @@
+// `rest generate`: plain or speculative generation for one prompt or a prompt set, streaming or --json.
+#include "commands.h"
+#include "prompts.h"
+#include "session.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+
+namespace {
+
+struct generate_args {
+    session_params       sp;
+    std::string          prompt;
+    std::string          file;
+    std::string          field = "prompt";
+    std::int32_t         n_predict = 128;
+    rest::sampler_params sampling;
+    bool                 json = false;
+    bool                 no_spec = false;
+};
+
+nlohmann::json stats_json(const run_result & r, const rest::tokenizer & tok) {
+    const auto &   s      = r.stats;
+    const double   gen_us = s.t_total_us - s.t_prefill_us;
+    nlohmann::json j;
+    j["text"]               = tok.detokenize(r.tokens);
+    j["tokens"]             = r.tokens;
+    j["n_tokens"]           = s.n_tokens;
+    j["n_prompt"]           = s.n_prompt;
+    j["n_forward"]          = s.n_forward;
+    j["n_steps"]            = s.n_steps;
+    j["tokens_per_forward"] = s.tokens_per_forward();
+    j["ms_per_token"]       = s.n_tokens ? gen_us / 1000.0 / (double) s.n_tokens : 0.0;
+    j["tokens_per_second"]  = gen_us > 0 ? (double) s.n_tokens * 1e6 / gen_us : 0.0;
+    j["n_drafted"]          = s.n_drafted;
+    j["n_accepted"]         = s.n_accepted;
+    j["accept_hist"]        = s.accept_hist;
+    j["budget_hist"]        = s.budget_hist;
+    j["t_prefill_ms"]       = s.t_prefill_us / 1000.0;
+    j["t_draft_ms"]         = s.t_draft_us / 1000.0;
+    j["t_verify_ms"]        = s.t_verify_us / 1000.0;
+    j["t_sample_ms"]        = s.t_sample_us / 1000.0;
+    j["t_total_ms"]         = s.t_total_us / 1000.0;
+    j["stop_reason"]        = rest::stop_reason_name(r.stopped);
+    return j;
+}
+
+void run_generate(const generate_args & a) {
+    if (a.prompt.empty() == a.file.empty()) {
+        throw rest::user_error("give exactly one of -p TEXT or -f FILE");
+    }
+    std::vector<prompt_record> prompts =
+        a.file.empty() ? std::vector<prompt_record>{{{a.prompt}}} : read_prompt_file(a.file, a.field);
+    session s(a.sp);
+    const auto & tok = s.model().vocab();
+
+    rest::generation_stats total;
+    for (const auto & rec : prompts) {
+        const auto tokens = s.tokenize_prompt(rec.turns.front());
+        run_options opt;
+        opt.n_predict = a.n_predict;
+        opt.speculate = !a.no_spec;
+        opt.sampling  = a.sampling;
+        if (!a.json) {
+            opt.on_token = [&tok](rest::token_id t) {
+                const std::string piece = tok.piece(t);
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+                return true;
+            };
+            if (prompts.size() == 1) {
+                std::fputs(rec.turns.front().c_str(), stdout);
+            }
+        }
+        run_result r = s.run(tokens, opt);
+        if (a.json) {
+            std::puts(stats_json(r, tok).dump().c_str());
+        } else {
+            std::fputs("\n", stdout);
+        }
+        std::fflush(stdout);
+        total.add(r.stats);
+    }
+    const double gen_us = total.t_total_us - total.t_prefill_us;
+    std::fprintf(stderr,
+                 "rest: %lld tokens in %.1f ms (%.1f tok/s), %lld forward passes, %.2f tokens/forward, "
+                 "%lld/%lld draft tokens accepted%s\n",
+                 (long long) total.n_tokens, gen_us / 1000.0, gen_us > 0 ? total.n_tokens * 1e6 / gen_us : 0.0,
+                 (long long) total.n_forward, total.tokens_per_forward(), (long long) total.n_accepted,
+                 (long long) total.n_drafted, a.no_spec ? " (--no-spec)" : "");
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App & root) {
+    auto * cmd = root.add_subcommand("generate", "Generate text, with REST speculation (lossless) or plain decoding");
+    auto   a   = std::make_shared<generate_args>();
+    cmd->add_option("-m,--model", a->sp.model_path, "GGUF model")->required();
+    cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+    cmd->add_option("-f,--file", a->file, "Prompt file: text (one prompt), or .jsonl/.json records (see --field)");
+    cmd->add_option("--field", a->field, "Dotted field of each JSONL record holding the prompt")->capture_default_str();
+    cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (-1: until end of generation)")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", a->sp.ctx.n_ctx, "Context size (0: model's, capped at 4096)")->capture_default_str();
+    cmd->add_option("-t,--threads", a->sp.ctx.n_threads, "CPU threads (0: all)")->capture_default_str();
+    cmd->add_option("-b,--batch-size", a->sp.ctx.n_batch, "Most tokens per forward pass")->capture_default_str();
+    cmd->add_option("-ngl,--n-gpu-layers", a->sp.n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    cmd->add_option("--temp", a->sampling.temp, "Temperature (0: greedy)")->capture_default_str();
+    cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
+    cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
+    cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+    cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty")->capture_default_str();
+    cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
+    cmd->add_option("--index", a->sp.index_path, "Datastore built with `rest index build`");
+    cmd->add_option("--draft-max", a->sp.n_draft_max, "Most draft nodes per step (-1: automatic, from measured cost)")
+        ->capture_default_str();
+    cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");
+    cmd->add_flag("--json", a->json, "Print one JSON object per prompt (text, tokens, stats)");
+    cmd->callback([a] { run_generate(*a); });
+}

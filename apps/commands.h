@@ -1,0 +1,9 @@
+// Subcommands of the `rest` CLI, one file each. Each adds itself to the root app and runs from its callback;
+// main() catches exceptions once and turns them into a one-line error and a non-zero exit.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+void add_generate_command(CLI::App & root);
+void add_fixture_command(CLI::App & root);
+void add_index_command(CLI::App & root);

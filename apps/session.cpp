@@ -1,0 +1,49 @@
+#include "session.h"
+
+#include "rest/drafter.h"
+#include "rest/history-store.h"
+
+session::session(const session_params & params) : params_(params) {
+    rest::llama_log_quiet();
+    model_ = rest::model::load(params.model_path, params.n_gpu_layers);
+    if (!params.index_path.empty()) {
+        const auto & tok = model_->vocab();
+        datastore_ = rest::datastore::open(params.index_path, tok.fingerprint(), tok.description());
+    }
+    history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
+    ctx_     = model_->new_context(params.ctx);
+    if (params.n_draft_max >= 0) {
+        policy_ = std::make_unique<rest::fixed_budget>(params.n_draft_max);
+    } else {
+        policy_ = std::make_unique<rest::fixed_budget>(16);
+    }
+    decoder_ = std::make_unique<rest::decoder>(*ctx_, policy_.get());
+}
+
+session::~session() = default;
+
+std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) const {
+    return model_->vocab().tokenize(text, true, true);
+}
+
+run_result session::run(std::span<const rest::token_id> prompt, const run_options & opt) {
+    auto sampler = model_->new_sampler(opt.sampling);
+    rest::drafter_params dp = params_.draft;
+    dp.use_datastore        = opt.use_datastore && datastore_ != nullptr;
+    dp.use_context          = opt.use_context;
+    dp.use_history          = opt.use_history;
+    std::unique_ptr<rest::drafter> drafter;
+    if (opt.speculate) {
+        drafter = std::make_unique<rest::drafter>(datastore_.get(), dp.use_history ? history_.get() : nullptr, dp);
+    }
+    rest::request r;
+    r.slot             = 0;
+    r.params.n_predict = opt.n_predict;
+    r.params.n_draft_max = opt.speculate ? (params_.n_draft_max >= 0 ? params_.n_draft_max : dp.n_budget_max) : 0;
+    r.sampler          = sampler.get();
+    r.draft            = drafter.get();
+    r.is_eog           = [this](rest::token_id t) { return model_->is_eog(t); };
+    r.on_token         = opt.on_token;
+    decoder_->run(r, prompt);
+    return {std::move(r.output), r.stopped, r.stats};
+}

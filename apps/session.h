@@ -1,0 +1,59 @@
+// What `rest generate`, `rest bench` and the server share: a loaded model, an optional datastore and history
+// store, one context, and a decoder. Keeps the front ends thin.
+#pragma once
+
+#include "rest/datastore.h"
+#include "rest/decoder.h"
+#include "rest/llama-model.h"
+#include "rest/sampler.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+struct session_params {
+    std::string          model_path;
+    std::string          index_path;          // "" : no datastore
+    rest::context_params ctx;
+    std::int32_t         n_gpu_layers = 0;
+    rest::drafter_params draft;
+    std::int32_t         n_draft_max = -1;     // -1: automatic budget (cost model); >= 0: fixed cap
+};
+
+struct run_options {
+    std::int32_t          n_predict = 128;
+    bool                  speculate = true;
+    rest::sampler_params  sampling;
+    bool                  use_datastore = true;
+    bool                  use_context = true;
+    bool                  use_history = true;
+    std::function<bool(rest::token_id)> on_token;
+};
+
+struct run_result {
+    std::vector<rest::token_id> tokens;
+    rest::stop_reason           stopped = rest::stop_reason::none;
+    rest::generation_stats      stats;
+};
+
+class session {
+  public:
+    explicit session(const session_params & params);  // throws user_error
+    ~session();
+
+    const rest::model & model() const { return *model_; }
+    const rest::datastore * datastore() const { return datastore_.get(); }
+    rest::target_model & context() { return *ctx_; }
+
+    std::vector<rest::token_id> tokenize_prompt(const std::string & text) const;
+    run_result run(std::span<const rest::token_id> prompt, const run_options & opt);
+
+  private:
+    session_params                    params_;
+    std::unique_ptr<rest::model>      model_;
+    std::unique_ptr<rest::datastore>  datastore_;
+    std::unique_ptr<rest::history_store> history_;
+    std::unique_ptr<rest::target_model>  ctx_;
+    std::unique_ptr<rest::budget_policy> policy_;
+    std::unique_ptr<rest::decoder>       decoder_;
+};

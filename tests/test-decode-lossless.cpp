@@ -1,0 +1,152 @@
+// The decoder on a fake model whose logits depend only on the prefix: speculative output must equal plain output
+// exactly, for random trees, slots, context limits, EOG and stop callbacks.
+#include "fake-model.h"
+
+#include <random>
+
+using namespace rest;
+using rest_test::fake_target;
+using rest_test::oracle_drafter;
+
+namespace {
+
+struct run_out {
+    std::vector<token_id> tokens;
+    stop_reason           stopped;
+    generation_stats      stats;
+    std::vector<token_id> memory;
+};
+
+run_out run_once(fake_target & m, std::span<const token_id> prompt, draft_provider * d, int n_predict,
+                 token_id eog, int n_draft_max) {
+    greedy_sampler s;
+    decoder        dec(m, nullptr);
+    request        r;
+    r.params.n_predict   = n_predict;
+    r.params.n_draft_max = n_draft_max;
+    r.sampler            = &s;
+    r.draft              = d;
+    r.is_eog             = [eog](token_id t) { return t == eog; };
+    dec.run(r, prompt);
+    return {r.output, r.stopped, r.stats, m.memory(0)};
+}
+
+TEST(decoder_lossless, random_trees_equal_plain_greedy) {
+    std::mt19937_64 rng(42);
+    int n_cases = 0, n_long_accepts = 0;
+    for (int c = 0; c < 300; ++c) {
+        const int n_vocab = std::uniform_int_distribution<int>(3, 40)(rng);
+        const int n_ctx   = std::uniform_int_distribution<int>(12, 200)(rng);
+        const int n_pred  = std::uniform_int_distribution<int>(1, 150)(rng);
+        const token_id eog = c % 3 == 0 ? 0 : -5;  // a third of the cases can stop on EOG
+        std::vector<token_id> prompt(std::uniform_int_distribution<int>(1, 10)(rng));
+        for (auto & t : prompt) t = std::uniform_int_distribution<int>(0, n_vocab - 1)(rng);
+
+        fake_target plain_m(n_vocab, n_ctx, 1, c);
+        const auto  plain = run_once(plain_m, prompt, nullptr, n_pred, eog, 0);
+
+        fake_target    spec_m(n_vocab, n_ctx, 1, c);
+        oracle_drafter d(spec_m, c * 7 + 1, std::uniform_real_distribution<double>(0.3, 1.0)(rng),
+                         std::uniform_int_distribution<int>(0, 12)(rng), std::uniform_int_distribution<int>(1, 12)(rng));
+        const int  budget = std::uniform_int_distribution<int>(1, 40)(rng);
+        const auto spec   = run_once(spec_m, prompt, &d, n_pred, eog, budget);
+
+        ASSERT_EQ(spec.tokens, plain.tokens) << "case " << c;
+        ASSERT_EQ(spec.stopped, plain.stopped) << "case " << c;
+        // What stays committed in memory must be the prompt and output, minus the last emitted token (the next
+        // root), never a rejected node.
+        // (When generation stops on a token that was an accepted draft node, that token is in memory too.)
+        std::vector<token_id> all = prompt;
+        all.insert(all.end(), plain.tokens.begin(), plain.tokens.end());
+        ASSERT_TRUE(spec.memory.size() == plain.memory.size() || spec.memory.size() == plain.memory.size() + 1);
+        ASSERT_TRUE(std::equal(spec.memory.begin(), spec.memory.end(), all.begin())) << "case " << c;
+        EXPECT_LE(spec.stats.n_forward, plain.stats.n_forward);
+        for (size_t k = 3; k < spec.stats.accept_hist.size(); ++k) n_long_accepts += (int) spec.stats.accept_hist[k];
+        ++n_cases;
+    }
+    EXPECT_EQ(n_cases, 300);
+    EXPECT_GT(n_long_accepts, 100) << "the oracle drafter should produce many long accepted paths";
+}
+
+TEST(decoder_lossless, context_limit_hit_mid_tree) {
+    // A tiny context forces trees to shrink and generation to end on the context, exactly where plain ends.
+    for (int seed = 0; seed < 50; ++seed) {
+        std::vector<token_id> prompt = {1, 2, 3};
+        fake_target plain_m(5, 20, 1, seed);
+        const auto plain = run_once(plain_m, prompt, nullptr, 1000, -5, 0);
+        EXPECT_EQ(plain.stopped, stop_reason::context);
+        fake_target spec_m(5, 20, 1, seed);
+        oracle_drafter d(spec_m, seed, 1.0, 4, 10);
+        const auto spec = run_once(spec_m, prompt, &d, 1000, -5, 30);
+        ASSERT_EQ(spec.tokens, plain.tokens) << seed;
+        ASSERT_EQ(spec.stopped, stop_reason::context);
+    }
+}
+
+TEST(decoder_lossless, falls_back_to_plain_when_memory_is_short) {
+    std::vector<token_id> prompt = {4, 5};
+    fake_target plain_m(9, 300, 1, 3);
+    const auto plain = run_once(plain_m, prompt, nullptr, 100, -5, 0);
+    fake_target spec_m(9, 300, 1, 3);
+    spec_m.max_rows_ = 4;  // the "KV memory" refuses batches of more than 4 rows
+    oracle_drafter d(spec_m, 9, 0.9, 6, 8);
+    const auto spec = run_once(spec_m, prompt, &d, 100, -5, 20);
+    EXPECT_EQ(spec.tokens, plain.tokens);
+}
+
+TEST(decoder_lossless, several_slots_in_one_batch) {
+    // Four requests stepped together must each produce what they produce alone.
+    const int n_vocab = 17;
+    fake_target m(n_vocab, 256, 4, 11);
+    std::vector<std::vector<token_id>> prompts = {{1}, {2, 3}, {4, 5, 6}, {7, 8, 9, 10}};
+    std::vector<greedy_sampler> samplers(4);
+    std::vector<std::unique_ptr<oracle_drafter>> drafters;
+    std::vector<request> reqs(4);
+    decoder dec(m, nullptr);
+    for (int i = 0; i < 4; ++i) {
+        drafters.push_back(std::make_unique<oracle_drafter>(m, 100 + i, 0.8, 5, 6));
+        reqs[i].slot = i;
+        reqs[i].params.n_predict = 40 + 10 * i;
+        reqs[i].params.n_draft_max = 16;
+        reqs[i].sampler = &samplers[i];
+        reqs[i].draft = drafters[i].get();
+        reqs[i].is_eog = [](token_id) { return false; };
+        dec.start(reqs[i], prompts[i]);
+    }
+    std::vector<request *> ptrs = {&reqs[0], &reqs[1], &reqs[2], &reqs[3]};
+    int steps = 0;
+    while (std::any_of(reqs.begin(), reqs.end(), [](const request & r) { return !r.done(); })) {
+        dec.step(ptrs);
+        ASSERT_LT(++steps, 1000);
+    }
+    for (int i = 0; i < 4; ++i) {
+        fake_target alone(n_vocab, 256, 1, 11);
+        const auto plain = run_once(alone, prompts[i], nullptr, 40 + 10 * i, -5, 0);
+        EXPECT_EQ(reqs[i].output, plain.tokens) << "slot " << i;
+    }
+}
+
+TEST(decoder_lossless, stop_callback_ends_mid_path) {
+    std::vector<token_id> prompt = {1, 2};
+    for (int stop_at = 1; stop_at < 30; stop_at += 3) {
+        auto run = [&](draft_provider * d, fake_target & m) {
+            greedy_sampler s;
+            decoder dec(m, nullptr);
+            request r;
+            r.params.n_predict = 100;
+            r.params.n_draft_max = 10;
+            r.sampler = &s;
+            r.draft = d;
+            int n = 0;
+            r.on_token = [&](token_id) { return ++n < stop_at; };
+            dec.run(r, prompt);
+            EXPECT_EQ(r.stopped, stop_reason::stop);
+            return r.output;
+        };
+        fake_target a(7, 200, 1, 5), b(7, 200, 1, 5);
+        oracle_drafter d(b, 3, 1.0, 2, 8);
+        EXPECT_EQ(run(nullptr, a), run(&d, b));
+    }
+}
+
+}  // namespace
