@@ -14,9 +14,10 @@ rest_require_header(nlohmann/json.hpp nlohmann-json3-dev)
 rest_require_header(httplib.h libcpp-httplib-dev)
 
 find_library(DIVSUFSORT64_LIB divsufsort64)
+find_library(DIVSUFSORT_LIB divsufsort)  # 32-bit: 4 bytes per sorted byte, used by the index builder
 find_library(XXHASH_LIB xxhash)
 find_library(ZSTD_LIB zstd)
-foreach(lib DIVSUFSORT64_LIB XXHASH_LIB ZSTD_LIB)
+foreach(lib DIVSUFSORT64_LIB DIVSUFSORT_LIB XXHASH_LIB ZSTD_LIB)
     if (NOT ${lib})
         message(FATAL_ERROR "rest.cpp: library ${lib} not found -- run scripts/setup-deps.sh")
     endif()

@@ -42,4 +42,32 @@ class datastore {
     virtual void verify() const = 0;
 };
 
+// Queries over all shards of a datastore. Every function is const and thread-safe.
+
+// The occurrences of one token sequence: a suffix-array range per shard (shards order).
+struct datastore_match {
+    std::size_t           length = 0;  // tokens matched
+    std::vector<sa_range> ranges;      // ranges[i] lies in shards()[i]
+    std::uint64_t         count  = 0;  // occurrences over all shards
+
+    bool empty() const { return count == 0; }
+};
+
+// Occurrences of `pattern` in every shard. O(|pattern| log n) per shard.
+datastore_match find_all(const datastore & ds, std::span<const token_id> pattern);
+
+// The longest suffix of `context` (at most max_length tokens) that occurs in the datastore, found by binary search on
+// the length (occurrence is monotone: a suffix that occurs has every shorter suffix occurring). length 0 when not
+// even the last token occurs.
+datastore_match find_longest_suffix(const datastore & ds, std::span<const token_id> context, std::size_t max_length);
+
+struct token_count {
+    token_id      token = 0;  // k_doc_end: the occurrence ends its document
+    std::uint64_t count = 0;
+};
+
+// The tokens that follow the occurrences in m (depth m.length), most frequent first (ties by token id), at most
+// `limit`. Walks runs rather than occurrences: O(distinct tokens x log range) per shard.
+std::vector<token_count> next_token_counts(const datastore & ds, const datastore_match & m, std::size_t limit);
+
 }  // namespace rest

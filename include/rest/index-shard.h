@@ -4,7 +4,11 @@
 //   text[0..n-1]  tokens, u16 or u32. Documents are separated by the width's maximum value (0xFFFF /
 //                 0xFFFFFFFF), which no real token uses (u16 is chosen only when n_vocab < 65535). The separator
 //                 sorts after every token, so no pattern match and no continuation crosses a document boundary.
-//   sa[0..n-1]    u32 suffix array: text positions in lexicographic (token-id) order of their suffixes.
+//   sa[0..m-1]    u32 suffix array: text positions in lexicographic (token-id) order of their suffixes. Usually
+//                 m == n; a datastore drops the suffixes that start with a separator (they sort last and no real
+//                 pattern matches them), so there m == n - separators.
+//   buckets       optional first-token table (n_vocab + 1 u32): [buckets[t], buckets[t+1]) are the ranks of the
+//                 suffixes starting with token t, so the first narrowing step is O(1).
 //
 // Every query is O(log n) per pattern token and touches only the pages it reads.
 #pragma once
@@ -31,8 +35,14 @@ class index_shard {
     index_shard() = default;
     // width is 2 or 4 (bytes per token). text and sa must hold n entries each.
     index_shard(const void * text, const std::uint32_t * sa, std::uint64_t n, int width);
+    // text holds n_text tokens, sa holds n_sa <= n_text ranks (see the layout above).
+    index_shard(const void * text, std::uint64_t n_text, const std::uint32_t * sa, std::uint64_t n_sa, int width);
 
-    std::uint64_t n_tokens() const { return n_; }  // separators included
+    // Installs the first-token table (must outlive the shard; n_buckets = n_vocab + 1, buckets[n_vocab] == n_sa).
+    void set_first_token_buckets(const std::uint32_t * buckets, std::uint64_t n_buckets);
+
+    std::uint64_t n_tokens() const { return n_; }      // separators included
+    std::uint64_t n_suffixes() const { return n_sa_; }  // suffix-array entries
     int width() const { return width_; }
 
     // Token at text position pos; k_doc_end for a separator or pos >= n.
@@ -53,7 +63,11 @@ class index_shard {
     // Token at offset `depth` of the suffix with this rank (k_doc_end past a document's end).
     token_id next_token(std::uint64_t rank, std::uint32_t depth) const { return token_at(sa_[rank] + depth); }
 
-    sa_range full() const { return {0, n_}; }
+    sa_range full() const { return {0, n_sa_}; }
+
+    // Copies the tokens from text position pos on into out, stopping at the end of the document (or of out).
+    // Returns how many were copied. O(returned count).
+    std::size_t read(std::uint64_t pos, std::span<token_id> out) const;
 
     // Precondition: every suffix in r shares its first `depth` tokens, none of them a separator. Returns the
     // sub-range whose token at `depth` equals t (t must be a real token, not k_doc_end). O(log |r|).
@@ -70,10 +84,13 @@ class index_shard {
     // Sort key of token t at a position: separators sort after every token.
     std::uint64_t key_at(std::uint64_t pos) const;
 
-    const void *          text_  = nullptr;
-    const std::uint32_t * sa_    = nullptr;
-    std::uint64_t         n_     = 0;
-    int                   width_ = 2;
+    const void *          text_      = nullptr;
+    const std::uint32_t * sa_        = nullptr;
+    const std::uint32_t * buckets_   = nullptr;
+    std::uint64_t         n_buckets_ = 0;
+    std::uint64_t         n_         = 0;
+    std::uint64_t         n_sa_      = 0;
+    int                   width_     = 2;
 };
 
 }  // namespace rest

@@ -1,0 +1,202 @@
+#include "rest/datastore.h"
+
+#include "index-file.h"
+#include "index-format.h"
+#include "suffix-sort.h"
+
+#include <xxhash.h>
+
+#include <cinttypes>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+namespace rest {
+
+namespace fmt = index_format;
+
+namespace {
+
+std::string hex64(std::uint64_t v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
+    return buf;
+}
+
+std::string printable_magic(const std::uint8_t * p) {
+    std::string s;
+    for (int i = 0; i < 8; ++i) {
+        const unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x7F) {
+            s += static_cast<char>(c);
+        } else {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+            s += buf;
+        }
+    }
+    return s;
+}
+
+class mmap_datastore final : public datastore {
+  public:
+    mmap_datastore(const std::string & path, std::uint64_t expected_fp, const std::string & expected_desc) :
+        path_(path), map_(path) {
+        const std::uint8_t * base = map_.data();
+        const std::uint64_t  size = map_.size();
+        if (size >= sizeof(fmt::k_magic) && std::memcmp(base, fmt::k_magic, sizeof(fmt::k_magic)) != 0) {
+            fail("is not a rest index (magic '" + printable_magic(base) + "' at offset 0, expected 'RESTIDX\\x00')");
+        }
+        if (size < fmt::k_header_bytes) {
+            fail("is truncated: " + std::to_string(size) + " bytes, shorter than its " +
+                 std::to_string(fmt::k_header_bytes) + "-byte header");
+        }
+        std::memcpy(&hd_, base, sizeof(hd_));
+        if (hd_.version > fmt::k_version) {
+            fail("has format version " + std::to_string(hd_.version) + ", newer than this rest.cpp reads (" +
+                 std::to_string(fmt::k_version) + "); upgrade rest.cpp or rebuild the index");
+        }
+        if (hd_.version == 0) {
+            fail("has format version 0 at offset 8 (corrupt header)");
+        }
+        const std::uint64_t sum = XXH3_64bits(&hd_, offsetof(fmt::file_header, header_checksum));
+        if (sum != hd_.header_checksum) {
+            fail("has a corrupt header: checksum " + hex64(sum) + ", expected " + hex64(hd_.header_checksum));
+        }
+        if (size < hd_.file_bytes) {
+            fail("is truncated: " + std::to_string(size) + " bytes, the header says " +
+                 std::to_string(hd_.file_bytes));
+        }
+        if (size > hd_.file_bytes) {
+            fail("has " + std::to_string(size - hd_.file_bytes) + " bytes past its end at offset " +
+                 std::to_string(hd_.file_bytes));
+        }
+        if (hd_.header_bytes != fmt::k_header_bytes || (hd_.token_width != 2 && hd_.token_width != 4) ||
+            hd_.n_vocab <= 0 || hd_.n_vocab > INT32_MAX ||
+            token_width_for(hd_.n_vocab) != static_cast<int>(hd_.token_width) || hd_.n_shards == 0) {
+            fail("has an inconsistent header (token width " + std::to_string(hd_.token_width) + ", vocabulary " +
+                 std::to_string(hd_.n_vocab) + ", shards " + std::to_string(hd_.n_shards) + ")");
+        }
+        hd_.tokenizer_description[fmt::k_description_max - 1] = '\0';
+        n_buckets_ = fmt::n_buckets_for(hd_.n_vocab);
+        check_range("shard table", hd_.table_offset, std::uint64_t(hd_.n_shards) * sizeof(fmt::shard_entry));
+        table_.resize(hd_.n_shards);
+        std::memcpy(table_.data(), base + hd_.table_offset, table_.size() * sizeof(fmt::shard_entry));
+        const std::uint64_t tsum = XXH3_64bits(table_.data(), table_.size() * sizeof(fmt::shard_entry));
+        if (tsum != hd_.table_checksum) {
+            fail("has a corrupt shard table at offset " + std::to_string(hd_.table_offset) + ": checksum " +
+                 hex64(tsum) + ", expected " + hex64(hd_.table_checksum));
+        }
+
+        std::uint64_t n_sa_total = 0, n_docs_total = 0;
+        for (std::size_t i = 0; i < table_.size(); ++i) {
+            const fmt::shard_entry & e = table_[i];
+            const std::string        s = "shard " + std::to_string(i) + " ";
+            if (e.n_text == 0 || e.n_text > UINT32_MAX || e.n_sa > e.n_text) {
+                fail("has an inconsistent " + s + "(" + std::to_string(e.n_text) + " tokens, " +
+                     std::to_string(e.n_sa) + " suffixes)");
+            }
+            check_range(s + "text", e.text_offset, e.n_text * hd_.token_width);
+            check_range(s + "suffix array", e.sa_offset, e.n_sa * 4);
+            check_range(s + "first-token table", e.bucket_offset, n_buckets_ * 4);
+            const auto * buckets = reinterpret_cast<const std::uint32_t *>(base + e.bucket_offset);
+            if (n_buckets_ > 0 && buckets[n_buckets_ - 1] != e.n_sa) {
+                fail("has an inconsistent " + s + "first-token table (ends at " +
+                     std::to_string(buckets[n_buckets_ - 1]) + ", expected " + std::to_string(e.n_sa) + ")");
+            }
+            shards_.emplace_back(base + e.text_offset, e.n_text,
+                                 reinterpret_cast<const std::uint32_t *>(base + e.sa_offset), e.n_sa,
+                                 static_cast<int>(hd_.token_width));
+            if (n_buckets_ > 0) {
+                shards_.back().set_first_token_buckets(buckets, n_buckets_);
+            }
+            n_sa_total += e.n_sa;
+            n_docs_total += e.n_documents;
+        }
+        if (n_sa_total != hd_.n_tokens || n_docs_total < hd_.n_documents) {
+            fail("has shards that disagree with the header (" + std::to_string(n_sa_total) + " tokens in shards, " +
+                 std::to_string(hd_.n_tokens) + " in the header)");
+        }
+
+        info_.format_version        = hd_.version;
+        info_.tokenizer_fingerprint = hd_.tokenizer_fingerprint;
+        info_.tokenizer_description = hd_.tokenizer_description;
+        info_.token_width           = static_cast<int>(hd_.token_width);
+        info_.n_documents           = hd_.n_documents;
+        info_.n_tokens              = hd_.n_tokens;
+        info_.n_bytes               = size;
+        info_.n_shards              = shards_.size();
+
+        if (expected_fp != 0 && expected_fp != hd_.tokenizer_fingerprint) {
+            throw user_error("index '" + path_ + "' was built with tokenizer '" + info_.tokenizer_description +
+                             "' (fingerprint " + hex64(hd_.tokenizer_fingerprint) + ") but the model's tokenizer is '" +
+                             (expected_desc.empty() ? std::string("?") : expected_desc) + "' (fingerprint " +
+                             hex64(expected_fp) + "); rebuild the index with this model");
+        }
+    }
+
+    const datastore_info & info() const override { return info_; }
+
+    std::span<const index_shard> shards() const override { return shards_; }
+
+    void verify() const override {
+        const std::uint8_t * base = map_.data();
+        for (std::size_t i = 0; i < table_.size(); ++i) {
+            const fmt::shard_entry & e = table_[i];
+            const std::string        s = "shard " + std::to_string(i) + " ";
+            check_sum(s + "text", e.text_offset, e.n_text * hd_.token_width, e.text_checksum);
+            check_sum(s + "suffix array", e.sa_offset, e.n_sa * 4, e.sa_checksum);
+            check_sum(s + "first-token table", e.bucket_offset, n_buckets_ * 4, e.bucket_checksum);
+            // Checksums prove the bytes are the ones written; these prove the writer kept its invariants.
+            const auto * sa = reinterpret_cast<const std::uint32_t *>(base + e.sa_offset);
+            for (std::uint64_t r = 0; r < e.n_sa; ++r) {
+                if (sa[r] >= e.n_text) {
+                    fail("has " + s + "suffix-array entry " + std::to_string(r) + " = " + std::to_string(sa[r]) +
+                         " past the text's " + std::to_string(e.n_text) + " tokens");
+                }
+            }
+            const auto * buckets = reinterpret_cast<const std::uint32_t *>(base + e.bucket_offset);
+            for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
+                if (buckets[t] > buckets[t + 1]) {
+                    fail("has " + s + "first-token table decreasing at token " + std::to_string(t));
+                }
+            }
+        }
+    }
+
+  private:
+    [[noreturn]] void fail(const std::string & what) const { throw user_error("index '" + path_ + "' " + what); }
+
+    void check_range(const std::string & what, std::uint64_t offset, std::uint64_t bytes) const {
+        const std::uint64_t size = map_.size();
+        if (offset % 4 != 0 || offset < fmt::k_header_bytes || offset > size || bytes > size - offset) {
+            fail("is truncated or corrupt: " + what + " spans bytes " + std::to_string(offset) + ".." +
+                 std::to_string(offset + bytes) + " of a " + std::to_string(size) + "-byte file");
+        }
+    }
+
+    void check_sum(const std::string & what, std::uint64_t offset, std::uint64_t bytes, std::uint64_t expected) const {
+        const std::uint64_t got = XXH3_64bits(map_.data() + offset, bytes);
+        if (got != expected) {
+            fail("fails verification: " + what + " (bytes " + std::to_string(offset) + ".." +
+                 std::to_string(offset + bytes) + ") has checksum " + hex64(got) + ", expected " + hex64(expected));
+        }
+    }
+
+    std::string                   path_;
+    file_mapping                  map_;
+    fmt::file_header              hd_{};
+    std::uint64_t                 n_buckets_ = 0;  // per shard
+    std::vector<fmt::shard_entry> table_;
+    std::vector<index_shard>      shards_;
+    datastore_info                info_;
+};
+
+}  // namespace
+
+std::unique_ptr<datastore> datastore::open(const std::string & path, std::uint64_t expected_fingerprint,
+                                           const std::string & expected_description) {
+    return std::make_unique<mmap_datastore>(path, expected_fingerprint, expected_description);
+}
+
+}  // namespace rest

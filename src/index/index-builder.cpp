@@ -1,0 +1,304 @@
+#include "rest/index-builder.h"
+
+#include "index-file.h"
+#include "index-format.h"
+#include "suffix-sort.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace rest {
+
+namespace fmt = index_format;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct xxh3_stream {
+    XXH3_state_t * st = XXH3_createState();
+    xxh3_stream() {
+        if (!st) {
+            throw std::bad_alloc();
+        }
+        XXH3_64bits_reset(st);
+    }
+    ~xxh3_stream() { XXH3_freeState(st); }
+    void          update(const void * p, std::size_t n) { XXH3_64bits_update(st, p, n); }
+    std::uint64_t digest() const { return XXH3_64bits_digest(st); }
+};
+
+}  // namespace
+
+struct index_builder::impl {
+    atomic_file_writer   out;
+    tokenizer_identity   tok;
+    index_builder_params params;
+    int                  sort_width  = 2;
+    int                  token_width = 2;
+    std::uint64_t        cap         = 0;  // tokens per shard, separators included
+    anon_buffer          text;             // current shard, sort_width big-endian bytes per token
+    std::uint64_t        n_text      = 0;  // tokens in the current shard, separators included
+    std::uint64_t        shard_docs  = 0;
+    std::vector<fmt::shard_entry> shards;
+    std::uint64_t        n_documents = 0;
+    std::uint64_t        n_tokens    = 0;
+    double               t_sort      = 0;
+    double               t_write     = 0;
+    bool                 finished    = false;
+
+    impl(const std::string & path, const tokenizer_identity & t, const index_builder_params & p) :
+        out(path), tok(t), params(p) {
+        if (tok.n_vocab <= 0) {
+            throw std::invalid_argument("index_builder: n_vocab must be positive");
+        }
+        sort_width  = sort_width_for(tok.n_vocab);
+        token_width = token_width_for(tok.n_vocab);
+        cap         = max_shard_tokens(sort_width);
+        if (params.n_shard_tokens_max > 0) {
+            cap = std::min(cap, std::max<std::uint64_t>(params.n_shard_tokens_max, 2));
+        }
+        // Reserve the header page; it is written last.
+        std::vector<char> zeros(fmt::k_header_bytes, 0);
+        out.write(zeros.data(), zeros.size());
+    }
+
+    void progress(build_phase phase, std::uint64_t done, std::uint64_t total) const {
+        if (params.on_progress) {
+            params.on_progress({phase, done, total, n_tokens, shards.size()});
+        }
+    }
+
+    void append(std::span<const token_id> tokens, bool separator_first) {
+        if (!text.data()) {
+            text = anon_buffer(cap * static_cast<std::uint64_t>(sort_width));
+        }
+        std::uint8_t * p = text.data() + n_text * sort_width;
+        if (separator_first) {
+            std::memset(p, 0xFF, sort_width);
+            p += sort_width;
+            ++n_text;
+        }
+        encode_sort_text(tokens, sort_width, p);
+        n_text += tokens.size();
+        n_tokens += tokens.size();
+        ++shard_docs;
+    }
+
+    void add(std::span<const token_id> tokens) {
+        for (const token_id t : tokens) {
+            if (t < 0 || t >= tok.n_vocab) {
+                throw std::invalid_argument("index_builder: token " + std::to_string(t) + " outside [0, " +
+                                            std::to_string(tok.n_vocab) + ")");
+            }
+        }
+        if (tokens.empty()) {
+            return;
+        }
+        ++n_documents;
+        while (!tokens.empty()) {
+            const bool sep = n_text > 0;
+            if (sep && n_text + 1 >= cap) {
+                flush();
+                continue;
+            }
+            const std::uint64_t room = cap - n_text - (sep ? 1 : 0);  // > 0
+            if (sep && tokens.size() > room) {
+                flush();  // keep the document whole when it fits in a fresh shard
+                continue;
+            }
+            const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(tokens.size(), room));
+            append(tokens.first(take), sep);
+            tokens = tokens.subspan(take);
+            if (!tokens.empty()) {
+                flush();
+            }
+        }
+    }
+
+    // Suffix-sorts the current shard and appends its three sections. Peak memory is here: the byte text plus
+    // divsufsort's workspace (5 * sort_width bytes per token).
+    void flush() {
+        if (n_text == 0) {
+            return;
+        }
+        const std::uint64_t n  = n_text;
+        const int           sw = sort_width;
+        progress(build_phase::sort, shards.size(), 0);
+        auto        t0 = std::chrono::steady_clock::now();
+        anon_buffer work(n * sw * sizeof(std::int32_t));
+        auto *      sa   = reinterpret_cast<std::int32_t *>(work.data());
+        const std::uint64_t n_sa = sort_suffixes(text.data(), n, sw, sa);
+        t_sort += seconds_since(t0);
+
+        t0 = std::chrono::steady_clock::now();
+        fmt::shard_entry e{};
+        e.n_text      = n;
+        e.n_sa        = n_sa;
+        e.n_documents = shard_docs;
+        const std::uint64_t n_buckets = fmt::n_buckets_for(tok.n_vocab);
+        const std::uint64_t total     = n * token_width + n_sa * 4 + n_buckets * 4;
+        std::uint64_t       done  = 0;
+        progress(build_phase::write, done, total);
+
+        // Text: big-endian sort bytes to native tokens of token_width, in chunks.
+        std::vector<std::uint8_t> chunk(1 << 20);
+        const std::uint64_t       per_chunk = chunk.size() / token_width;
+        std::vector<std::uint64_t> counts(static_cast<std::size_t>(n_buckets), 0);
+        out.pad_to(fmt::k_section_align);
+        e.text_offset = out.size();
+        xxh3_stream h;
+        for (std::uint64_t i = 0; i < n; i += per_chunk) {
+            const std::uint64_t k = std::min(per_chunk, n - i);
+            const std::uint8_t * src = text.data() + i * sw;
+            for (std::uint64_t j = 0; j < k; ++j, src += sw) {
+                std::uint32_t v = 0;
+                for (int b = 0; b < sw; ++b) {
+                    v = (v << 8) | src[b];
+                }
+                const bool is_sep = v == (sw == 4 ? 0xFFFFFFFFu : (1u << (8 * sw)) - 1);
+                if (is_sep) {
+                    v = token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu;
+                } else if (n_buckets > 0) {
+                    ++counts[v];
+                }
+                if (token_width == 2) {
+                    const auto v16 = static_cast<std::uint16_t>(v);
+                    std::memcpy(chunk.data() + j * 2, &v16, 2);
+                } else {
+                    std::memcpy(chunk.data() + j * 4, &v, 4);
+                }
+            }
+            h.update(chunk.data(), k * token_width);
+            out.write(chunk.data(), k * token_width);
+            done += k * token_width;
+            progress(build_phase::write, done, total);
+        }
+        e.text_checksum = h.digest();
+        text.release();
+
+        out.pad_to(fmt::k_section_align);
+        e.sa_offset = out.size();
+        xxh3_stream hs;
+        const std::uint64_t sa_bytes = n_sa * 4;  // int32 ranks < 2^31: the same bits as u32
+        for (std::uint64_t off = 0; off < sa_bytes; off += 64u << 20) {
+            const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(64u << 20, sa_bytes - off));
+            hs.update(work.data() + off, k);
+            out.write(work.data() + off, k);
+            done += k;
+            progress(build_phase::write, done, total);
+        }
+        e.sa_checksum = hs.digest();
+        work.release();
+
+        std::vector<std::uint32_t> buckets(counts.size());
+        std::uint64_t              acc = 0;
+        for (std::size_t t = 0; t < counts.size(); ++t) {
+            buckets[t] = static_cast<std::uint32_t>(acc);
+            acc += counts[t];
+        }
+        out.pad_to(fmt::k_section_align);
+        e.bucket_offset   = out.size();
+        e.bucket_checksum = XXH3_64bits(buckets.data(), buckets.size() * 4);
+        out.write(buckets.data(), buckets.size() * 4);
+        progress(build_phase::write, total, total);
+        t_write += seconds_since(t0);
+
+        shards.push_back(e);
+        n_text     = 0;
+        shard_docs = 0;
+    }
+
+    datastore_info finish() {
+        if (finished) {
+            throw std::logic_error("index_builder::finish called twice");
+        }
+        flush();
+        if (n_tokens == 0) {
+            throw user_error("empty corpus: no tokens to index");
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        out.pad_to(8);
+        fmt::file_header hd;
+        std::memset(&hd, 0, sizeof(hd));
+        std::memcpy(hd.magic, fmt::k_magic, sizeof(hd.magic));
+        hd.version               = fmt::k_version;
+        hd.header_bytes          = static_cast<std::uint32_t>(fmt::k_header_bytes);
+        hd.tokenizer_fingerprint = tok.fingerprint;
+        hd.token_width           = static_cast<std::uint32_t>(token_width);
+        hd.n_shards              = static_cast<std::uint32_t>(shards.size());
+        hd.n_vocab               = tok.n_vocab;
+        hd.n_documents           = n_documents;
+        hd.n_tokens              = n_tokens;
+        hd.table_offset          = out.size();
+        hd.table_checksum        = XXH3_64bits(shards.data(), shards.size() * sizeof(fmt::shard_entry));
+        std::snprintf(hd.tokenizer_description, sizeof(hd.tokenizer_description), "%s", tok.description.c_str());
+        out.write(shards.data(), shards.size() * sizeof(fmt::shard_entry));
+        hd.file_bytes      = out.size();
+        hd.header_checksum = XXH3_64bits(&hd, offsetof(fmt::file_header, header_checksum));
+        out.pwrite_at(0, &hd, sizeof(hd));
+        out.commit();
+        finished = true;
+        t_write += seconds_since(t0);
+
+        datastore_info info;
+        info.format_version        = fmt::k_version;
+        info.tokenizer_fingerprint = tok.fingerprint;
+        info.tokenizer_description = hd.tokenizer_description;
+        info.token_width           = token_width;
+        info.n_documents           = n_documents;
+        info.n_tokens              = n_tokens;
+        info.n_bytes               = hd.file_bytes;
+        info.n_shards              = shards.size();
+        return info;
+    }
+};
+
+index_builder::index_builder(const std::string & path, const tokenizer_identity & tok,
+                             const index_builder_params & params) :
+    impl_(std::make_unique<impl>(path, tok, params)) {}
+
+index_builder::~index_builder() = default;
+
+void index_builder::add_document(std::span<const token_id> tokens) {
+    impl_->add(tokens);
+}
+
+datastore_info index_builder::finish() {
+    return impl_->finish();
+}
+
+const std::string & index_builder::temp_path() const {
+    return impl_->out.temp_path();
+}
+
+double index_builder::t_sort_s() const {
+    return impl_->t_sort;
+}
+
+double index_builder::t_write_s() const {
+    return impl_->t_write;
+}
+
+void write_datastore(const std::string & path, std::span<const std::vector<token_id>> documents,
+                     const tokenizer_identity & tok, const index_builder_params & params) {
+    index_builder b(path, tok, params);
+    for (const auto & d : documents) {
+        b.add_document(d);
+    }
+    b.finish();
+}
+
+void write_datastore(const std::string & path, std::span<const std::vector<token_id>> documents,
+                     const tokenizer_identity & tok, int /*n_threads*/) {
+    write_datastore(path, documents, tok, index_builder_params{});
+}
+
+}  // namespace rest

@@ -1,0 +1,162 @@
+#include "index-file.h"
+
+#include "rest/types.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+namespace rest {
+
+std::string errno_text() {
+    return std::strerror(errno);
+}
+
+atomic_file_writer::atomic_file_writer(const std::string & path) : path_(path) {
+    temp_path_ = path + ".tmp." + std::to_string(::getpid());
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+        throw user_error("cannot create '" + temp_path_ + "': " + errno_text());
+    }
+}
+
+atomic_file_writer::~atomic_file_writer() {
+    if (fd_ >= 0) {
+        ::close(fd_);
+    }
+    if (!committed_) {
+        ::unlink(temp_path_.c_str());
+    }
+}
+
+void atomic_file_writer::write(const void * data, std::size_t n) {
+    pwrite_at(size_, data, n);
+}
+
+void atomic_file_writer::pad_to(std::uint64_t alignment) {
+    static const std::vector<char> zeros(65536, 0);
+    std::uint64_t left = (alignment - size_ % alignment) % alignment;
+    while (left > 0) {
+        const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(left, zeros.size()));
+        write(zeros.data(), k);
+        left -= k;
+    }
+}
+
+void atomic_file_writer::pwrite_at(std::uint64_t offset, const void * data, std::size_t n) {
+    const char * p = static_cast<const char *>(data);
+    while (n > 0) {
+        const ssize_t k = ::pwrite(fd_, p, std::min<std::size_t>(n, 1u << 30), static_cast<off_t>(offset));
+        if (k < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            throw user_error("cannot write '" + temp_path_ + "' at byte " + std::to_string(offset) + ": " +
+                             errno_text());
+        }
+        p += k;
+        n -= static_cast<std::size_t>(k);
+        offset += static_cast<std::uint64_t>(k);
+        size_ = std::max(size_, offset);
+    }
+}
+
+void atomic_file_writer::commit() {
+    if (::fsync(fd_) != 0) {
+        throw user_error("cannot fsync '" + temp_path_ + "': " + errno_text());
+    }
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+        throw user_error("cannot rename '" + temp_path_ + "' to '" + path_ + "': " + errno_text());
+    }
+    committed_ = true;
+    // Make the rename itself durable. Failure here leaves a complete file, so it is not an error.
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    const std::filesystem::path dir    = parent.empty() ? std::filesystem::path(".") : parent;
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+file_mapping::file_mapping(const std::string & path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        throw user_error("cannot open index '" + path + "': " + errno_text());
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const std::string why = errno_text();
+        ::close(fd);
+        throw user_error("cannot stat index '" + path + "': " + why);
+    }
+    if (S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        throw user_error("index '" + path + "' is a directory, expected an index file");
+    }
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    if (size_ > 0) {
+        void * p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            const std::string why = errno_text();
+            ::close(fd);
+            throw user_error("cannot mmap index '" + path + "': " + why);
+        }
+        data_ = static_cast<std::uint8_t *>(p);
+    }
+    ::close(fd);  // the mapping keeps the file alive
+}
+
+file_mapping::~file_mapping() {
+    if (data_) {
+        ::munmap(data_, size_);
+    }
+}
+
+anon_buffer::anon_buffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) {
+        return;
+    }
+    void * p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        bytes_ = 0;
+        throw std::bad_alloc();
+    }
+    data_ = static_cast<std::uint8_t *>(p);
+}
+
+anon_buffer::~anon_buffer() {
+    release();
+}
+
+anon_buffer::anon_buffer(anon_buffer && o) noexcept :
+    data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+anon_buffer & anon_buffer::operator=(anon_buffer && o) noexcept {
+    if (this != &o) {
+        release();
+        data_  = std::exchange(o.data_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+void anon_buffer::release() {
+    if (data_) {
+        ::munmap(data_, bytes_);
+    }
+    data_  = nullptr;
+    bytes_ = 0;
+}
+
+}  // namespace rest

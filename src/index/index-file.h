@@ -1,0 +1,74 @@
+// POSIX file plumbing for datastores: an atomic writer, a read-only mapping and anonymous memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace rest {
+
+// Writes `path` atomically: everything goes to a temp file in the same directory, which commit() fsyncs and renames
+// over `path` (then fsyncs the directory). Destroying an uncommitted writer removes the temp file, so an interrupted
+// or failed build never leaves anything under the final name.
+class atomic_file_writer {
+  public:
+    explicit atomic_file_writer(const std::string & path);
+    ~atomic_file_writer();
+    atomic_file_writer(const atomic_file_writer &) = delete;
+    atomic_file_writer & operator=(const atomic_file_writer &) = delete;
+
+    void          write(const void * data, std::size_t n);              // appends
+    void          pad_to(std::uint64_t alignment);                       // appends zeros
+    void          pwrite_at(std::uint64_t offset, const void * data, std::size_t n);
+    std::uint64_t size() const { return size_; }
+    void          commit();
+
+    const std::string & temp_path() const { return temp_path_; }
+
+  private:
+    std::string   path_;
+    std::string   temp_path_;
+    int           fd_   = -1;
+    std::uint64_t size_ = 0;
+    bool          committed_ = false;
+};
+
+// A whole file mapped read-only. Throws user_error naming the path when it cannot be opened or mapped.
+class file_mapping {
+  public:
+    explicit file_mapping(const std::string & path);
+    ~file_mapping();
+    file_mapping(const file_mapping &) = delete;
+    file_mapping & operator=(const file_mapping &) = delete;
+
+    const std::uint8_t * data() const { return data_; }
+    std::uint64_t        size() const { return size_; }
+
+  private:
+    std::uint8_t * data_ = nullptr;
+    std::uint64_t  size_ = 0;
+};
+
+// Anonymous private memory reserved up front. Pages count toward RSS only once touched, so a buffer can reserve a
+// whole shard's worth of address space and fill it gradually without reallocating.
+class anon_buffer {
+  public:
+    anon_buffer() = default;
+    explicit anon_buffer(std::size_t bytes);
+    ~anon_buffer();
+    anon_buffer(anon_buffer && o) noexcept;
+    anon_buffer & operator=(anon_buffer && o) noexcept;
+
+    std::uint8_t * data() const { return data_; }
+    std::size_t    capacity() const { return bytes_; }
+    void           release();  // unmaps now
+
+  private:
+    std::uint8_t * data_  = nullptr;
+    std::size_t    bytes_ = 0;
+};
+
+// strerror(errno) as a string.
+std::string errno_text();
+
+}  // namespace rest

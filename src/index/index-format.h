@@ -1,0 +1,70 @@
+// On-disk layout of a datastore file (format version 1). Private to src/index: the builder writes it, the reader
+// maps it. All integers are little-endian (static_assert below); the file is only ever mmapped on the machine kind
+// that wrote it or one of the same endianness.
+//
+//   offset 0      file_header (one 4096-byte page; its own xxh3 checksum covers everything before the checksum)
+//   per shard     text section     n_text tokens of token_width bytes, documents separated by the width's max value
+//                 sa section       n_sa u32 ranks: suffixes starting with a real token, in token order
+//                 bucket section   n_buckets u32: bucket[t] = first rank whose first token is >= t
+//                                  (n_buckets = n_vocab + 1, or 0 for vocabularies past 2^22 tokens)
+//   at the end    shard table      n_shards shard_entry records
+// Every section starts on a 4096-byte boundary, so mapped arrays are aligned and page-granular.
+//
+// Open reads the header and the shard table only (O(n_shards)); verify() hashes every section.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace rest::index_format {
+
+static_assert(std::endian::native == std::endian::little, "the datastore format is little-endian");
+
+inline constexpr char          k_magic[8]        = {'R', 'E', 'S', 'T', 'I', 'D', 'X', '\0'};
+inline constexpr std::uint32_t k_version         = 1;
+inline constexpr std::uint64_t k_header_bytes    = 4096;
+inline constexpr std::uint64_t k_section_align   = 4096;
+inline constexpr std::size_t   k_description_max = 256;
+
+struct file_header {
+    char          magic[8];
+    std::uint32_t version;
+    std::uint32_t header_bytes;           // k_header_bytes
+    std::uint64_t file_bytes;             // total size: a shorter file is truncated
+    std::uint64_t tokenizer_fingerprint;
+    std::uint32_t token_width;            // 2 or 4
+    std::uint32_t n_shards;
+    std::int64_t  n_vocab;                // tokens are < n_vocab; sizes the bucket tables
+    std::uint64_t n_documents;
+    std::uint64_t n_tokens;               // separators excluded
+    std::uint64_t table_offset;           // shard table
+    std::uint64_t table_checksum;         // xxh3 of the shard table
+    char          tokenizer_description[k_description_max];  // NUL-terminated
+    std::uint64_t header_checksum;        // xxh3 of this struct's bytes before this field
+};
+
+struct shard_entry {
+    std::uint64_t text_offset;
+    std::uint64_t n_text;                 // tokens, separators included (< 2^32)
+    std::uint64_t text_checksum;
+    std::uint64_t sa_offset;
+    std::uint64_t n_sa;                   // ranks: one per real token
+    std::uint64_t sa_checksum;
+    std::uint64_t bucket_offset;
+    std::uint64_t bucket_checksum;        // bucket table has n_buckets_for(n_vocab) u32 entries
+    std::uint64_t n_documents;
+};
+
+static_assert(sizeof(file_header) <= k_header_bytes);
+static_assert(sizeof(shard_entry) == 9 * 8);
+
+// First-token tables cost 4 bytes per vocabulary entry per shard; past 2^22 entries (no real tokenizer) they are
+// left out and the first narrowing step binary-searches like the others.
+inline constexpr std::uint64_t n_buckets_for(std::int64_t n_vocab) {
+    return n_vocab <= (std::int64_t(1) << 22) ? static_cast<std::uint64_t>(n_vocab) + 1 : 0;
+}
+
+inline constexpr std::uint64_t align_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace rest::index_format

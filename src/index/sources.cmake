@@ -1,0 +1,10 @@
+set(REST_INDEX_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/build-datastore.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/corpus-reader.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/datastore.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/datastore-query.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/index-builder.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/index-file.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/index-shard.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/suffix-sort.cpp
+)

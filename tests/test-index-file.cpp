@@ -1,0 +1,275 @@
+// The datastore file: round trip of counts, atomic writes, and every kind of bad file as a one-line user_error.
+#include "index/index-format.h"
+#include "rest/datastore.h"
+#include "rest/index-builder.h"
+#include "test-util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace {
+
+namespace fs = std::filesystem;
+using rest::token_id;
+
+rest::tokenizer_identity synthetic(std::int32_t n_vocab, std::uint64_t fp = 0xABCDEF) {
+    return {fp, "synthetic, " + std::to_string(n_vocab) + " tokens", n_vocab};
+}
+
+std::string tmp_path(const std::string & name) {
+    return rest_test::tmp_dir() + "/file-" + name;
+}
+
+std::vector<std::vector<token_id>> some_docs(std::size_t n, std::uint32_t seed, token_id alphabet = 100) {
+    std::mt19937                       rng(seed);
+    std::vector<std::vector<token_id>> docs(n);
+    for (auto & d : docs) {
+        d.resize(1 + rng() % 50);
+        for (auto & t : d) {
+            t = static_cast<token_id>(rng() % alphabet);
+        }
+    }
+    return docs;
+}
+
+std::vector<char> read_all(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const std::string & path, const std::vector<char> & bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs f, expects a user_error whose message is one line and contains every needle.
+template <typename F> void expect_user_error(F && f, std::initializer_list<std::string> needles) {
+    try {
+        f();
+        ADD_FAILURE() << "no error thrown";
+    } catch (const rest::user_error & e) {
+        const std::string msg = e.what();
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message: " << msg;
+        for (const auto & n : needles) {
+            EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+        }
+    }
+}
+
+TEST(index_file, round_trip_counts) {
+    for (std::uint64_t shard_tokens : {0ull, 500ull, 64ull}) {
+        for (std::int32_t n_vocab : {100, 151936}) {
+            auto docs = some_docs(200, 11, 100);
+            docs.push_back({});  // empty documents are not counted
+            std::uint64_t n_tokens = 0;
+            for (const auto & d : docs) {
+                n_tokens += d.size();
+            }
+            const std::string          path = tmp_path("round-trip.idx");
+            rest::index_builder_params p;
+            p.n_shard_tokens_max = shard_tokens;
+            rest::write_datastore(path, docs, synthetic(n_vocab), p);
+            const auto   ds   = rest::datastore::open(path, 0xABCDEF, "synthetic");
+            const auto & info = ds->info();
+            EXPECT_EQ(info.format_version, 1u);
+            EXPECT_EQ(info.n_documents, 200u);
+            EXPECT_EQ(info.n_tokens, n_tokens);
+            EXPECT_EQ(info.token_width, n_vocab < 65535 ? 2 : 4);
+            EXPECT_EQ(info.tokenizer_fingerprint, 0xABCDEFu);
+            EXPECT_EQ(info.tokenizer_description, "synthetic, " + std::to_string(n_vocab) + " tokens");
+            EXPECT_EQ(info.n_bytes, fs::file_size(path));
+            EXPECT_EQ(info.n_shards, ds->shards().size());
+            if (shard_tokens == 0) {
+                EXPECT_EQ(info.n_shards, 1u);
+            } else {
+                EXPECT_GE(info.n_shards, n_tokens / shard_tokens);
+            }
+            std::uint64_t n_suffixes = 0;
+            for (const auto & s : ds->shards()) {
+                n_suffixes += s.n_suffixes();
+            }
+            EXPECT_EQ(n_suffixes, n_tokens);
+            ds->verify();
+        }
+    }
+}
+
+// A document longer than a shard is split; its tokens are all kept.
+TEST(index_file, long_document_splits_across_shards) {
+    std::vector<std::vector<token_id>> docs = {std::vector<token_id>(1000, 5), {1, 2, 3}};
+    const std::string                  path = tmp_path("split.idx");
+    rest::index_builder_params         p;
+    p.n_shard_tokens_max = 300;
+    rest::write_datastore(path, docs, synthetic(10), p);
+    const auto ds = rest::datastore::open(path);
+    EXPECT_EQ(ds->info().n_tokens, 1003u);
+    EXPECT_EQ(ds->info().n_documents, 2u);
+    EXPECT_EQ(ds->shards().size(), 4u);
+    const std::vector<token_id> five = {5};
+    EXPECT_EQ(rest::find_all(*ds, five).count, 1000u);
+}
+
+TEST(index_file, empty_corpus_is_an_error_and_leaves_no_file) {
+    const std::string path = tmp_path("empty.idx");
+    fs::remove(path);
+    std::vector<std::vector<token_id>> docs = {{}, {}};
+    expect_user_error([&] { rest::write_datastore(path, docs, synthetic(10)); }, {"empty corpus"});
+    EXPECT_FALSE(fs::exists(path));
+    for (const auto & e : fs::directory_iterator(rest_test::tmp_dir())) {
+        EXPECT_EQ(e.path().filename().string().find("file-empty.idx.tmp"), std::string::npos) << e.path();
+    }
+}
+
+TEST(index_file, bad_tokens_are_rejected) {
+    std::vector<std::vector<token_id>> docs = {{1, 2, 10}};
+    EXPECT_THROW(rest::write_datastore(tmp_path("bad-token.idx"), docs, synthetic(10)), std::invalid_argument);
+    docs = {{1, -1}};
+    EXPECT_THROW(rest::write_datastore(tmp_path("bad-token.idx"), docs, synthetic(10)), std::invalid_argument);
+}
+
+// An unfinished builder (an interrupted build) leaves nothing under the final name, and an older index under that
+// name survives untouched.
+TEST(index_file, interrupted_build_keeps_old_index) {
+    const std::string path = tmp_path("atomic.idx");
+    rest::write_datastore(path, some_docs(10, 1), synthetic(100));
+    const auto before = read_all(path);
+    std::string temp;
+    {
+        rest::index_builder b(path, synthetic(100));
+        b.add_document(std::vector<token_id>{1, 2, 3});
+        temp = b.temp_path();
+        EXPECT_TRUE(fs::exists(temp));
+    }
+    EXPECT_FALSE(fs::exists(temp));
+    EXPECT_EQ(read_all(path), before);
+}
+
+class index_bad_file : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        good_ = tmp_path("good.idx");
+        rest::index_builder_params p;
+        p.n_shard_tokens_max = 400;
+        rest::write_datastore(good_, some_docs(60, 2), synthetic(100), p);
+        bytes_ = read_all(good_);
+        bad_   = tmp_path("bad.idx");
+    }
+    std::string       good_, bad_;
+    std::vector<char> bytes_;
+};
+
+TEST_F(index_bad_file, missing) {
+    expect_user_error([&] { rest::datastore::open(tmp_path("does-not-exist.idx")); },
+                      {"does-not-exist.idx", "No such file"});
+}
+
+TEST_F(index_bad_file, directory) {
+    expect_user_error([&] { rest::datastore::open(rest_test::tmp_dir()); }, {"is a directory"});
+}
+
+TEST_F(index_bad_file, empty_file) {
+    write_all(bad_, {});
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "truncated", "0 bytes"});
+}
+
+TEST_F(index_bad_file, truncated) {
+    for (std::size_t keep : {std::size_t(100), std::size_t(4096), bytes_.size() / 2, bytes_.size() - 1}) {
+        write_all(bad_, std::vector<char>(bytes_.begin(), bytes_.begin() + keep));
+        expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "truncated"});
+    }
+}
+
+TEST_F(index_bad_file, wrong_magic) {
+    auto b = bytes_;
+    std::memcpy(b.data(), "GGUF\x03\0\0\0", 8);
+    write_all(bad_, b);
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "not a rest index", "GGUF"});
+    write_all(bad_, std::vector<char>{'h', 'e', 'l', 'l', 'o', '\n', 'w', 'o', 'r', 'l', 'd'});
+    expect_user_error([&] { rest::datastore::open(bad_); }, {"not a rest index"});
+}
+
+TEST_F(index_bad_file, future_version) {
+    auto                b       = bytes_;
+    const std::uint32_t version = rest::index_format::k_version + 1;
+    std::memcpy(b.data() + offsetof(rest::index_format::file_header, version), &version, 4);
+    write_all(bad_, b);
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "version 2", "newer"});
+}
+
+TEST_F(index_bad_file, corrupt_header) {
+    auto b = bytes_;
+    b[offsetof(rest::index_format::file_header, n_tokens)] ^= 1;
+    write_all(bad_, b);
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "corrupt header"});
+}
+
+TEST_F(index_bad_file, trailing_bytes) {
+    auto b = bytes_;
+    b.push_back('x');
+    write_all(bad_, b);
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "past its end"});
+}
+
+// One flipped byte anywhere in a section: open() does not read sections, verify() names the bad one.
+TEST_F(index_bad_file, flipped_byte_caught_by_verify) {
+    rest::index_format::file_header hd;
+    std::memcpy(&hd, bytes_.data(), sizeof(hd));
+    std::vector<rest::index_format::shard_entry> table(hd.n_shards);
+    std::memcpy(table.data(), bytes_.data() + hd.table_offset, table.size() * sizeof(table[0]));
+    ASSERT_GE(table.size(), 2u);
+    struct spot {
+        std::uint64_t offset;
+        const char *  section;
+    };
+    const auto & e = table[1];
+    for (const spot s : {spot{e.text_offset + 3, "shard 1 text"}, spot{e.sa_offset + 5, "shard 1 suffix array"},
+                         spot{e.sa_offset + e.n_sa * 4 - 1, "shard 1 suffix array"},
+                         spot{e.bucket_offset + 11, "shard 1 first-token table"}}) {
+        auto b = bytes_;
+        b[s.offset] ^= 0x10;
+        write_all(bad_, b);
+        std::unique_ptr<rest::datastore> ds;
+        try {
+            ds = rest::datastore::open(bad_);
+        } catch (const rest::user_error & err) {
+            // A flipped bucket entry can break the table's sum, which open() checks cheaply; also fine.
+            EXPECT_NE(std::string(err.what()).find("first-token"), std::string::npos) << err.what();
+            continue;
+        }
+        expect_user_error([&] { ds->verify(); }, {bad_, s.section, "checksum"});
+    }
+    // The shard table and header have checksums checked at open.
+    auto b = bytes_;
+    b[hd.table_offset + 9] ^= 1;
+    write_all(bad_, b);
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "shard table"});
+}
+
+TEST_F(index_bad_file, wrong_tokenizer_names_both) {
+    expect_user_error([&] { rest::datastore::open(good_, 0x1234, "llama-spm, 32000 tokens"); },
+                      {good_, "synthetic, 100 tokens", "llama-spm, 32000 tokens", "rebuild"});
+    // A zero fingerprint skips the check.
+    EXPECT_NO_THROW(rest::datastore::open(good_, 0, ""));
+}
+
+TEST_F(index_bad_file, open_does_not_read_sections) {
+    // Garbage over the whole first shard's text and suffix array: open() is still fine (it reads only the header
+    // and the table), and verify() is what catches it.
+    rest::index_format::file_header hd;
+    std::memcpy(&hd, bytes_.data(), sizeof(hd));
+    rest::index_format::shard_entry e;
+    std::memcpy(&e, bytes_.data() + hd.table_offset, sizeof(e));
+    auto b = bytes_;
+    for (std::uint64_t i = e.text_offset; i < e.sa_offset; ++i) {
+        b[i] = 0x55;
+    }
+    write_all(bad_, b);
+    const auto ds = rest::datastore::open(bad_);
+    expect_user_error([&] { ds->verify(); }, {"shard 0 text", "checksum"});
+}
+
+}  // namespace

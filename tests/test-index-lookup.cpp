@@ -1,0 +1,265 @@
+// Interval lookups, continuations and document boundaries of built datastores, against naive scans.
+#include "ref/ref-index.h"
+#include "rest/datastore.h"
+#include "rest/index-builder.h"
+#include "test-util.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+
+namespace {
+
+using rest::token_id;
+
+rest::tokenizer_identity synthetic(std::int32_t n_vocab) {
+    return {0x5EED0000ull + static_cast<std::uint64_t>(n_vocab), "synthetic, " + std::to_string(n_vocab) + " tokens",
+            n_vocab};
+}
+
+std::vector<std::vector<token_id>> random_docs(std::size_t n_docs, std::size_t max_len, token_id alphabet,
+                                               token_id offset, std::uint32_t seed) {
+    std::mt19937                       rng(seed);
+    std::vector<std::vector<token_id>> docs(n_docs);
+    for (auto & d : docs) {
+        d.resize(rng() % (max_len + 1));  // some empty
+        for (auto & t : d) {
+            t = offset + static_cast<token_id>(rng() % alphabet);
+        }
+    }
+    return docs;
+}
+
+std::vector<token_id> shard_text(const rest::index_shard & s) {
+    std::vector<token_id> t(s.n_tokens());
+    for (std::uint64_t i = 0; i < t.size(); ++i) {
+        t[i] = s.token_at(i);
+    }
+    return t;
+}
+
+std::string tmp_path(const std::string & name) {
+    return rest_test::tmp_dir() + "/" + name;
+}
+
+// Checks find() of one pattern on one shard against a linear scan: same count, same positions.
+void expect_find_matches_scan(const rest::index_shard & s, const std::vector<token_id> & text,
+                              const std::vector<token_id> & pattern) {
+    const rest::sa_range             r    = s.find(pattern);
+    const std::vector<std::uint64_t> want = rest_ref::occurrences(text, pattern);
+    ASSERT_EQ(r.size(), want.size()) << "pattern of " << pattern.size() << " tokens";
+    std::vector<std::uint64_t> got;
+    for (std::uint64_t k = r.lo; k < r.hi; ++k) {
+        got.push_back(s.suffix(k));
+    }
+    std::sort(got.begin(), got.end());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << "first differing occurrence " << i;
+    }
+}
+
+struct lookup_case {
+    std::int32_t  n_vocab;
+    token_id      alphabet;
+    std::uint64_t shard_tokens;  // 0: one shard
+};
+
+class index_lookup : public ::testing::TestWithParam<lookup_case> {};
+
+TEST_P(index_lookup, find_and_continuations_match_naive_scan) {
+    const lookup_case c      = GetParam();
+    const token_id    offset = c.n_vocab - c.alphabet;  // use the top of the vocabulary: catches width bugs
+    const auto        docs   = random_docs(300, 60, c.alphabet, offset, 1234 + c.n_vocab);
+    const std::string path   = tmp_path("lookup-" + std::to_string(c.n_vocab) + "-" + std::to_string(c.shard_tokens) +
+                                        ".idx");
+    rest::index_builder_params p;
+    p.n_shard_tokens_max = c.shard_tokens;
+    rest::write_datastore(path, docs, synthetic(c.n_vocab), p);
+    const auto ds = rest::datastore::open(path);
+    ds->verify();
+
+    // The shards together hold exactly the documents, in order, separated as the reference joins them.
+    std::vector<std::vector<token_id>> texts;
+    std::vector<token_id>              joined;
+    for (const auto & s : ds->shards()) {
+        texts.push_back(shard_text(s));
+        if (!joined.empty()) {
+            joined.push_back(rest::k_doc_end);
+        }
+        joined.insert(joined.end(), texts.back().begin(), texts.back().end());
+    }
+    ASSERT_EQ(joined, rest_ref::join_documents(docs));
+    if (c.shard_tokens > 0) {
+        EXPECT_GT(ds->shards().size(), 1u);
+    }
+
+    std::mt19937 rng(99);
+    for (int q = 0; q < 400; ++q) {
+        // Half the patterns are cut from the corpus (they occur), half are random (mostly absent).
+        std::vector<token_id> pattern;
+        const std::size_t     len = 1 + rng() % 5;
+        if (q % 2 == 0) {
+            const auto & d = docs[rng() % docs.size()];
+            if (d.size() < len) {
+                continue;
+            }
+            const std::size_t at = rng() % (d.size() - len + 1);
+            pattern.assign(d.begin() + at, d.begin() + at + len);
+        } else {
+            for (std::size_t k = 0; k < len; ++k) {
+                pattern.push_back(offset + static_cast<token_id>(rng() % c.alphabet));
+            }
+        }
+        std::uint64_t want_total = 0;
+        std::map<token_id, std::uint64_t> want_next;
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+            expect_find_matches_scan(ds->shards()[i], texts[i], pattern);
+            want_total += rest_ref::occurrences(texts[i], pattern).size();
+            for (const auto & [t, n] : rest_ref::next_counts(texts[i], pattern)) {
+                want_next[t] += n;
+            }
+        }
+        const rest::datastore_match m = rest::find_all(*ds, pattern);
+        ASSERT_EQ(m.count, want_total);
+        const auto next = rest::next_token_counts(*ds, m, SIZE_MAX);
+        std::map<token_id, std::uint64_t> got_next;
+        for (const auto & tc : next) {
+            got_next[tc.token] += tc.count;
+        }
+        ASSERT_EQ(got_next, want_next) << "next-token counts of pattern " << q;
+        for (std::size_t i = 1; i < next.size(); ++i) {
+            ASSERT_GE(next[i - 1].count, next[i].count) << "not most frequent first at " << i;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(widths_and_shards, index_lookup,
+                         ::testing::Values(lookup_case{512, 3, 0}, lookup_case{512, 40, 0},
+                                           lookup_case{32000, 5, 1000}, lookup_case{65534, 4, 0},
+                                           lookup_case{151936, 6, 0}, lookup_case{151936, 3, 700},
+                                           lookup_case{20000000, 5, 0}));
+
+// narrow() and run_at() step by step, including on a shard built from raw arrays (separator suffixes kept).
+TEST(index_lookup_raw, narrow_and_run_at) {
+    std::mt19937          rng(5);
+    std::vector<token_id> text;
+    for (int i = 0; i < 3000; ++i) {
+        text.push_back(rng() % 50 == 0 ? rest::k_doc_end : static_cast<token_id>(rng() % 4));
+    }
+    // Full suffix array, separator suffixes included, as the 4-argument constructor documents.
+    std::vector<std::uint32_t> sa(text.size());
+    std::iota(sa.begin(), sa.end(), 0u);
+    std::sort(sa.begin(), sa.end(), [&](std::uint32_t a, std::uint32_t b) { return rest_ref::suffix_less(text, a, b); });
+    std::vector<std::uint16_t> t16(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        t16[i] = text[i] < 0 ? 0xFFFF : static_cast<std::uint16_t>(text[i]);
+    }
+    const rest::index_shard s(t16.data(), sa.data(), text.size(), 2);
+    for (int q = 0; q < 200; ++q) {
+        std::vector<token_id> pattern;
+        rest::sa_range        r = s.full();
+        for (std::uint32_t d = 0; d < 6; ++d) {
+            const token_id t = static_cast<token_id>(rng() % 4);
+            pattern.push_back(t);
+            r = s.narrow(r, d, t);
+            ASSERT_EQ(r.size(), rest_ref::occurrences(text, pattern).size()) << "depth " << d;
+            if (r.empty()) {
+                break;
+            }
+            // Every run of the next depth partitions r.
+            std::uint64_t covered = 0;
+            for (std::uint64_t k = r.lo; k < r.hi;) {
+                const rest::sa_range run = s.run_at(r, d + 1, k + (rng() % 2 ? 0 : 0));
+                ASSERT_EQ(run.lo, k);
+                for (std::uint64_t j = run.lo; j < run.hi; ++j) {
+                    ASSERT_EQ(s.next_token(j, d + 1), s.next_token(k, d + 1));
+                }
+                covered += run.size();
+                k = run.hi;
+            }
+            ASSERT_EQ(covered, r.size());
+        }
+    }
+}
+
+// Continuations stop at the document boundary: the text after a document never shows up as its continuation.
+TEST(index_lookup_docs, no_document_leakage) {
+    // Each document ends with the marker [7, 8]; the next starts with 9. Without separators "7 8" would continue
+    // with 9, and "8 9" would be found.
+    std::vector<std::vector<token_id>> docs;
+    std::mt19937                       rng(3);
+    for (int i = 0; i < 50; ++i) {
+        std::vector<token_id> d = {9};
+        for (int k = 0; k < 20; ++k) {
+            d.push_back(static_cast<token_id>(rng() % 6));
+        }
+        d.push_back(7);
+        d.push_back(8);
+        docs.push_back(d);
+    }
+    for (std::uint64_t shard_tokens : {0ull, 100ull}) {
+        const std::string path = tmp_path("leak-" + std::to_string(shard_tokens) + ".idx");
+        rest::index_builder_params p;
+        p.n_shard_tokens_max = shard_tokens;
+        rest::write_datastore(path, docs, synthetic(16), p);
+        const auto ds = rest::datastore::open(path);
+
+        const std::vector<token_id> end_marker = {7, 8};
+        const auto                  m          = rest::find_all(*ds, end_marker);
+        EXPECT_EQ(m.count, docs.size());
+        const auto next = rest::next_token_counts(*ds, m, 10);
+        ASSERT_EQ(next.size(), 1u);
+        EXPECT_EQ(next[0].token, rest::k_doc_end);
+        EXPECT_EQ(next[0].count, docs.size());
+        const std::vector<token_id> across = {8, 9};
+        EXPECT_EQ(rest::find_all(*ds, across).count, 0u);
+
+        // Every continuation read from every occurrence of 9 is a suffix of one document, and no longer.
+        const std::vector<token_id> start = {9};
+        const auto                  ms    = rest::find_all(*ds, start);
+        for (std::size_t i = 0; i < ds->shards().size(); ++i) {
+            const auto & s = ds->shards()[i];
+            for (std::uint64_t k = ms.ranges[i].lo; k < ms.ranges[i].hi; ++k) {
+                std::vector<token_id> buf(100);
+                buf.resize(s.read(s.suffix(k), buf));
+                ASSERT_EQ(buf.size(), 23u) << "continuation crosses a document boundary";
+                ASSERT_EQ(buf.back(), 8);
+            }
+        }
+    }
+}
+
+TEST(index_lookup_docs, longest_suffix_matches_naive) {
+    const auto        docs = random_docs(100, 40, 4, 0, 77);
+    const std::string path = tmp_path("longest.idx");
+    rest::index_builder_params p;
+    p.n_shard_tokens_max = 900;
+    rest::write_datastore(path, docs, synthetic(300), p);
+    const auto            ds   = rest::datastore::open(path);
+    const auto            text = rest_ref::join_documents(docs);
+    std::mt19937          rng(8);
+    for (int q = 0; q < 200; ++q) {
+        std::vector<token_id> ctx(1 + rng() % 30);
+        for (auto & t : ctx) {
+            t = static_cast<token_id>(rng() % 5);  // token 4 never occurs
+        }
+        const std::size_t max_len = 1 + rng() % 20;
+        std::size_t       want    = 0;
+        for (std::size_t len = 1; len <= std::min(max_len, ctx.size()); ++len) {
+            std::span<const token_id> suffix(ctx.data() + ctx.size() - len, len);
+            if (!rest_ref::occurrences(text, {suffix.begin(), suffix.end()}).empty()) {
+                want = len;
+            }
+        }
+        const auto m = rest::find_longest_suffix(*ds, ctx, max_len);
+        ASSERT_EQ(m.length, want) << "query " << q;
+        if (want > 0) {
+            std::vector<token_id> suffix(ctx.end() - want, ctx.end());
+            EXPECT_EQ(m.count, rest_ref::occurrences(text, suffix).size());
+        }
+    }
+}
+
+}  // namespace
