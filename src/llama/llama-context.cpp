@@ -22,6 +22,9 @@ llama_target::llama_target(llama_model * model, const context_params & params) {
     n_seq_max_    = 256;  // LLAMA_MAX_SEQ: the pool beyond the slots lends one id per draft leaf
     cp.n_seq_max  = n_seq_max_;
     cp.kv_unified = true;  // one cell pool: sequence ids tag shared cells instead of copying them
+    // llama.cpp sizes its output buffer for at least n_seq_max rows, and asserts that this fits n_outputs_max,
+    // which defaults to n_batch (clamped to n_ctx): small contexts would abort without this.
+    cp.n_outputs_max = std::max<uint32_t>(n_batch_, n_seq_max_);
     const int32_t n_threads =
         params.n_threads > 0 ? params.n_threads : std::max(1, (int32_t) std::thread::hardware_concurrency());
     cp.n_threads       = n_threads;
