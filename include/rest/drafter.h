@@ -2,6 +2,12 @@
 //
 // Ownership: the datastore and the history store must outlive every drafter that uses them. A drafter is per
 // request (it keeps match state between steps) and is not thread-safe; the history store is shared and is.
+//
+// Sources (each optional): the datastore (longest context suffix of n_match_min..n_match_max tokens found in the
+// suffix arrays of all shards, counts summed), the context (the same suffix inside prompt + output so far) and
+// the history store (earlier outputs; the drafter searches the snapshot taken at reset()). Each proposes its own
+// best nodes by exact continuation counts; they are merged into one trie and the best n_budget nodes are returned
+// best-first (src/draft/tree-expand.h and tree-merge.h give the exact order).
 #pragma once
 
 #include "rest/datastore.h"
@@ -26,6 +32,18 @@ struct drafter_params {
     bool use_datastore = true;
     bool use_context   = true;  // prompt + generated tokens so far (prompt-lookup, as a counted tree)
     bool use_history   = true;  // past outputs of earlier requests
+
+    // Scores: a node's score is the product along its path of count(child) / (count(parent) + alpha), times its
+    // source's weight; merged nodes take the largest. alpha > 0 discounts evidence from few occurrences.
+    double alpha            = 0.0;
+    double weight_datastore = 1.0;  // in (0, 1]
+    double weight_context   = 1.0;  // in (0, 1]
+    double weight_history   = 1.0;  // in (0, 1]
+
+    // Cost limits (they never make a count inexact; they can only make a selection miss small nodes).
+    std::uint64_t scan_max          = 64;       // matches with at most this many occurrences are read in full
+    std::uint64_t n_probe_max       = 1 << 14;  // suffix-array probes per source and step for children discovery
+    std::size_t   n_context_occ_max = 256;      // most recent context occurrences kept for the context trie
 };
 
 struct draft_stats {
@@ -37,6 +55,15 @@ struct draft_stats {
     int           n_nodes_context   = 0;
     int           n_nodes_history   = 0;
     double        t_draft_us = 0;             // time spent in draft() (incl. update of the match state)
+
+    std::uint64_t match_count_context = 0;    // occurrences of the context match (after n_context_occ_max)
+    std::uint64_t match_count_history = 0;
+    std::uint64_t n_probes  = 0;              // suffix-array entries read while selecting (datastore + history)
+    std::uint64_t n_extend  = 0;              // match updates done by narrowing the previous match
+    std::uint64_t n_find    = 0;              // whole-pattern searches done by match updates
+    bool          cut       = false;          // a source hit n_probe_max (selection may miss small nodes)
+    double        t_match_us  = 0;            // part of t_draft_us spent updating matches
+    double        t_select_us = 0;            // part of t_draft_us spent selecting and merging
 };
 
 class drafter final : public draft_provider {

@@ -1,0 +1,208 @@
+#include "rest/drafter.h"
+
+#include "context-matcher.h"
+#include "sa-search.h"
+#include "tree-expand.h"
+#include "tree-merge.h"
+
+#include "rest/history-store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace rest {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double us_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
+// Per-shard longest matches of one suffix-array source (datastore shards or history segments).
+struct sa_source {
+    std::span<const index_shard> shards;
+    std::vector<sa_match>        matches;
+    std::size_t                  n_seen = 0;
+
+    void reset(std::span<const index_shard> s) {
+        shards = s;
+        matches.assign(s.size(), sa_match{});
+        n_seen = 0;
+    }
+
+    // Updates every shard and returns the roots of the longest match (those shards where it is longest).
+    int update(std::span<const token_id> ctx, const drafter_params & p, std::vector<sa_root> & roots,
+               sa_match_counters & counters) {
+        int best = 0;
+        for (std::size_t i = 0; i < shards.size(); ++i) {
+            sa_match_update(shards[i], matches[i], ctx, n_seen, p.n_match_max, &counters);
+            best = std::max(best, matches[i].len);
+        }
+        n_seen = ctx.size();
+        roots.clear();
+        if (best < std::max(p.n_match_min, 1)) {
+            return 0;
+        }
+        for (std::size_t i = 0; i < shards.size(); ++i) {
+            if (matches[i].len == best) {
+                roots.push_back({&shards[i], matches[i].range});
+            }
+        }
+        return best;
+    }
+};
+
+}  // namespace
+
+struct drafter::impl {
+    const datastore * ds;
+    history_store *   history;
+    drafter_params    p;
+
+    context_matcher                         ctx;
+    std::size_t                             n_prompt = 0;
+    bool                                    finished = true;
+    sa_source                               ds_src;
+    std::shared_ptr<const history_snapshot> hsnap;
+    sa_source                               hist_src;
+    std::vector<sa_root>                    roots;
+    draft_stats                             last;
+
+    impl(const datastore * d, history_store * h, const drafter_params & params) :
+        ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max) {}
+};
+
+drafter::drafter(const datastore * ds, history_store * history, drafter_params params) {
+    if (params.n_match_min < 1 || params.n_match_max < params.n_match_min || params.depth_max < 1 ||
+        params.n_budget_max < 0 || params.alpha < 0) {
+        throw std::invalid_argument("drafter: need 1 <= n_match_min <= n_match_max, depth_max >= 1, "
+                                    "n_budget_max >= 0 and alpha >= 0");
+    }
+    for (const double w : {params.weight_datastore, params.weight_context, params.weight_history}) {
+        if (!(w > 0 && w <= 1)) {
+            throw std::invalid_argument("drafter: source weights must lie in (0, 1]");
+        }
+    }
+    impl_ = std::make_unique<impl>(ds, history, params);
+    reset({});
+}
+
+drafter::~drafter() = default;
+drafter::drafter(drafter &&) noexcept = default;
+drafter & drafter::operator=(drafter &&) noexcept = default;
+
+void drafter::reset(std::span<const token_id> prompt) {
+    impl & d = *impl_;
+    d.ctx.reset(prompt);
+    d.n_prompt = prompt.size();
+    d.finished = false;
+    d.ds_src.reset(d.ds ? d.ds->shards() : std::span<const index_shard>{});
+    d.hsnap = d.history ? d.history->snapshot() : nullptr;
+    d.hist_src.reset(d.hsnap ? std::span<const index_shard>(d.hsnap->shards) : std::span<const index_shard>{});
+    d.last = draft_stats{};
+}
+
+void drafter::accept(std::span<const token_id> tokens) {
+    impl_->ctx.append(tokens);
+}
+
+draft_tree drafter::draft(int n_budget, draft_stats * stats) {
+    impl &             d  = *impl_;
+    const auto         t0 = clock_type::now();
+    draft_stats        st;
+    const std::span    context = d.ctx.tokens();
+    sa_match_counters  counters;
+    expand_params      ep;
+    ep.n_top       = std::clamp(n_budget, 0, d.p.n_budget_max);
+    ep.depth_max   = d.p.depth_max;
+    ep.alpha       = d.p.alpha;
+    ep.scan_max    = d.p.scan_max;
+    ep.n_probe_max = d.p.n_probe_max;
+
+    cand_tree t_ds, t_ctx, t_hist;
+    double    t_match = 0;
+    if (d.p.use_datastore && d.ds) {
+        const auto tm = clock_type::now();
+        const int  m  = d.ds_src.update(context, d.p, d.roots, counters);
+        t_match += us_since(tm);
+        if (m > 0) {
+            ep.weight = d.p.weight_datastore;
+            t_ds      = expand_sa(d.roots, static_cast<std::uint32_t>(m), ep);
+        }
+        st.match_len_datastore   = m;
+        st.match_count_datastore = t_ds.root_count;
+    }
+    if (d.p.use_context) {
+        const auto tm = clock_type::now();
+        d.ctx.update();
+        t_match += us_since(tm);
+        if (d.ctx.match_len() >= d.p.n_match_min) {
+            const auto w = static_cast<std::size_t>(d.p.depth_max);
+            ep.weight    = d.p.weight_context;
+            t_ctx        = expand_rows(d.ctx.continuation_rows(w), w, ep);
+            st.match_len_context   = d.ctx.match_len();
+            st.match_count_context = t_ctx.root_count;
+        }
+    }
+    if (d.p.use_history && d.hsnap) {
+        const auto tm = clock_type::now();
+        const int  m  = d.hist_src.update(context, d.p, d.roots, counters);
+        t_match += us_since(tm);
+        if (m > 0) {
+            ep.weight = d.p.weight_history;
+            t_hist    = expand_sa(d.roots, static_cast<std::uint32_t>(m), ep);
+        }
+        st.match_len_history   = m;
+        st.match_count_history = t_hist.root_count;
+    }
+
+    const weighted_source srcs[] = {
+        {&t_ds, draft_source::datastore},
+        {&t_ctx, draft_source::context},
+        {&t_hist, draft_source::history},
+    };
+    draft_tree tree = merge_trees(srcs, ep.n_top);
+
+    for (const std::uint8_t m : tree.sources) {
+        st.n_nodes_datastore += (m & static_cast<std::uint8_t>(draft_source::datastore)) != 0;
+        st.n_nodes_context += (m & static_cast<std::uint8_t>(draft_source::context)) != 0;
+        st.n_nodes_history += (m & static_cast<std::uint8_t>(draft_source::history)) != 0;
+    }
+    st.n_probes    = t_ds.n_probes + t_hist.n_probes;
+    st.cut         = t_ds.cut || t_hist.cut;
+    st.n_extend    = counters.n_extend;
+    st.n_find      = counters.n_find;
+    st.t_draft_us  = us_since(t0);
+    st.t_match_us  = t_match;
+    st.t_select_us = st.t_draft_us - t_match;
+    d.last         = st;
+    if (stats) {
+        *stats = st;
+    }
+    return tree;
+}
+
+const draft_stats & drafter::last_stats() const {
+    return impl_->last;
+}
+
+void drafter::finish() {
+    impl & d = *impl_;
+    if (d.finished) {
+        return;
+    }
+    d.finished = true;
+    const std::span<const token_id> ctx = d.ctx.tokens();
+    if (d.history && ctx.size() > d.n_prompt) {
+        d.history->add(ctx.subspan(d.n_prompt));
+    }
+}
+
+std::span<const token_id> drafter::context() const {
+    return impl_->ctx.tokens();
+}
+
+}  // namespace rest

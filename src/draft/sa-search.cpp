@@ -1,0 +1,157 @@
+#include "sa-search.h"
+
+#include <algorithm>
+
+namespace rest {
+
+namespace {
+
+// Sort key of the text at pos, as index_shard orders suffixes: running off the text sorts first (a shorter suffix
+// precedes its extensions), a separator sorts after every token.
+inline std::uint64_t text_key(const index_shard & s, std::uint64_t pos) {
+    if (pos >= s.n_tokens()) {
+        return 0;
+    }
+    const token_id t = s.token_at(pos);
+    return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
+}
+
+// <0, 0 or >0 as the suffix at text position pos sorts before, starts with, or sorts after pattern[from..].
+inline int compare_at(const index_shard & s, std::uint64_t pos, std::span<const token_id> pattern, std::size_t from) {
+    for (std::size_t i = from; i < pattern.size(); ++i) {
+        const std::uint64_t a = text_key(s, pos + i);
+        const std::uint64_t b = static_cast<std::uint64_t>(pattern[i]) + 1;
+        if (a != b) {
+            return a < b ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+sa_range sa_find(const index_shard & shard, sa_range r, std::size_t depth, std::span<const token_id> pattern) {
+    for (std::size_t i = depth; i < pattern.size(); ++i) {
+        if (pattern[i] < 0) {
+            return {r.lo, r.lo};
+        }
+    }
+    if (depth >= pattern.size() || r.empty()) {
+        return r;
+    }
+    // Lower bound: first rank whose suffix does not sort before the pattern.
+    std::uint64_t lo = r.lo, hi = r.hi;
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (compare_at(shard, shard.suffix(mid), pattern, depth) < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    const std::uint64_t first = lo;
+    if (first == r.hi || compare_at(shard, shard.suffix(first), pattern, depth) != 0) {
+        return {first, first};
+    }
+    // Upper end by galloping from the first match: ranges of long patterns are short, so this beats a second
+    // binary search over the whole of r.
+    std::uint64_t good = first, step = 1;
+    while (good + step < r.hi && compare_at(shard, shard.suffix(good + step), pattern, depth) == 0) {
+        good += step;
+        step *= 2;
+    }
+    lo = good + 1;
+    hi = std::min(r.hi, good + step);
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (compare_at(shard, shard.suffix(mid), pattern, depth) == 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return {first, lo};
+}
+
+sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern) {
+    if (pattern.empty()) {
+        return shard.full();
+    }
+    if (pattern[0] < 0) {
+        return {0, 0};
+    }
+    // narrow() at depth 0 over the full range is O(1) with the shard's first-token table.
+    const sa_range r = shard.narrow(shard.full(), 0, pattern[0]);
+    return sa_find(shard, r, 1, pattern);
+}
+
+void sa_match_update(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
+                     int n_max, sa_match_counters * counters) {
+    n_max = std::max(n_max, 0);
+    const std::size_t n = ctx.size();
+    int  lo = 0;  // a length known to occur at the end of ctx
+    int  hi = -1; // upper bound on the new length; -1: the extension loop finished without a search
+    if (!m.valid || n_seen == 0 || n_seen > n) {
+        // Starting over: one search on the length instead of extending token by token through the prompt.
+        m       = sa_match{};
+        m.range = shard.full();
+        m.valid = true;
+        n_seen  = n;
+        hi      = static_cast<int>(std::min<std::size_t>(n_max, n));
+    }
+    for (std::size_t i = n_seen; i < n; ++i) {
+        const token_id t = ctx[i];
+        const std::size_t n_after = n - 1 - i;
+        if (m.len < n_max) {
+            const sa_range r = t < 0 || m.range.empty() ? sa_range{m.range.lo, m.range.lo}
+                                                        : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
+            if (counters) {
+                counters->n_extend++;
+            }
+            if (!r.empty()) {
+                m.len++;
+                m.range = r;
+                continue;
+            }
+            // len + 1 tokens ending at i do not occur, so at most len do; each later token adds at most one.
+            hi = static_cast<int>(std::min<std::size_t>(n_max, m.len + n_after));
+        } else {
+            // At the cap the window slides: the n_max tokens ending at i occur iff the old window plus t does,
+            // but their range is a different one and must be searched for.
+            const sa_range r = t < 0 ? sa_range{} : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
+            hi = n_max;
+            lo = (!r.empty() && n_after == 0) ? n_max : 0;
+        }
+        break;
+    }
+    if (hi < 0) {
+        return;
+    }
+    // Binary search on the length: occurrence is monotone (a suffix that occurs has all shorter suffixes occur).
+    sa_range best = shard.full();
+    bool     have_best = lo == 0;
+    while (lo < hi) {
+        const int      mid = lo + (hi - lo + 1) / 2;
+        const sa_range r   = sa_find(shard, ctx.last(static_cast<std::size_t>(mid)));
+        if (counters) {
+            counters->n_find++;
+        }
+        if (!r.empty()) {
+            lo = mid;
+            best = r;
+            have_best = true;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if (!have_best) {
+        best = sa_find(shard, ctx.last(static_cast<std::size_t>(lo)));
+        if (counters) {
+            counters->n_find++;
+        }
+    }
+    m.len   = lo;
+    m.range = best;
+}
+
+}  // namespace rest

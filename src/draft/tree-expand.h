@@ -1,0 +1,74 @@
+// Best-first selection of the most probable continuations of a match, with exact counts.
+//
+// A source's continuations form a counted trie: the root is the matched context suffix (count = its occurrences)
+// and a node's count is the number of occurrences whose continuation starts with the node's path. Continuations
+// stop at document ends. Scores are path products of smoothed count ratios,
+//     score(child) = score(parent) * count(child) / (count(parent) + alpha),    score(root) = 1,
+// so they never increase along a path. A tree returns the n_top best nodes in the total order
+//     score descending, then depth ascending, then path (token ids from the root) ascending,
+// which is ancestor-closed (a parent sorts before its children) and deterministic. With a source weight w the
+// order uses w * score: rounding can make two different scores equal after weighting, and the merge (which
+// compares weighted scores across sources) is exact only if each source was cut in that same order.
+//
+// On a suffix array a node is a range per shard and its children are contiguous runs inside it, sorted by the next
+// token. Children are discovered lazily: probing a range at stride s finds every run of length >= s (run_at then
+// gives its exact bounds), and the longest stretch between known runs bounds the count of any child not yet seen.
+// That bound enters the best-first queue as a placeholder; when it reaches the top, the stride halves inside the
+// gaps. So a huge range is never scanned: work is proportional to range / (count of the n_top-th best node).
+// Nodes with few occurrences are read in full instead (one random access per occurrence gives its whole
+// continuation) and expanded from those rows.
+#pragma once
+
+#include "rest/index-shard.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace rest {
+
+struct expand_params {
+    int           n_top       = 16;       // nodes to select
+    int           depth_max   = 10;       // deepest node (root children have depth 1)
+    double        alpha       = 0.0;      // count smoothing in the score ratio (0: plain count ratios)
+    std::uint64_t scan_max    = 64;       // nodes with at most this many occurrences are read in full
+    std::uint64_t n_probe_max = 1 << 14;  // suffix-array probes per call before discovery stops (then cut = true)
+    double        weight      = 1.0;      // the source's weight: nodes are ordered (and returned) by weight * score
+};
+
+struct cand_node {
+    token_id      token  = 0;
+    std::int32_t  parent = -1;  // index in cand_tree::nodes; -1: a child of the match
+    std::int32_t  depth  = 1;
+    std::uint64_t count  = 0;   // exact occurrences of the path after the match, summed over shards
+    double        score  = 0;   // weight * path score (the order key; see expand_params::weight)
+};
+
+struct cand_tree {
+    std::vector<cand_node> nodes;           // selection order (see above); parents precede children
+    std::uint64_t          root_count = 0;  // occurrences of the match
+    std::uint64_t          n_probes   = 0;  // suffix-array entries read while discovering children
+    bool                   cut        = false;  // discovery stopped at n_probe_max: small nodes may be missing
+};
+
+// The score of a child with `count` occurrences under a parent with `parent_count` and `parent_score`. Every
+// component computes scores with this one expression so that equal inputs give bit-equal scores.
+inline double child_score(double parent_score, std::uint64_t count, std::uint64_t parent_count, double alpha) {
+    return parent_score * (static_cast<double>(count) / (static_cast<double>(parent_count) + alpha));
+}
+
+// One shard's occurrences of the match: suffixes in `range` share the matched tokens.
+struct sa_root {
+    const index_shard * shard = nullptr;
+    sa_range            range;
+};
+
+// Selects from the continuations of a match of `depth0` tokens occurring in the given shard ranges (counts summed).
+cand_tree expand_sa(std::span<const sa_root> roots, std::uint32_t depth0, const expand_params & p);
+
+// Selects from explicit continuations: `rows` holds one continuation per occurrence, `width` tokens each, padded
+// with k_doc_end after its end. Rows need not be sorted.
+cand_tree expand_rows(std::vector<token_id> rows, std::size_t width, const expand_params & p);
+
+}  // namespace rest

@@ -1,0 +1,6 @@
+# Draft trees and sources (src/draft): unit tests against the naive references in tests/ref/ref-draft.h.
+rest_add_test(test-draft-tree    SOURCES test-draft-tree.cpp    LIBS rest-core LABELS draft)
+rest_add_test(test-draft-search  SOURCES test-draft-search.cpp  LIBS rest-core LABELS draft)
+rest_add_test(test-draft-expand  SOURCES test-draft-expand.cpp  LIBS rest-core LABELS draft)
+rest_add_test(test-draft-drafter SOURCES test-draft-drafter.cpp LIBS rest-core LABELS draft)
+rest_add_test(test-draft-history SOURCES test-draft-history.cpp LIBS rest-core LABELS draft)

@@ -1,0 +1,233 @@
+// Naive references for drafting: brute-force scans over plain token vectors, written for obviousness, not speed.
+//
+// A corpus text is a vector of tokens with k_doc_end separators between documents. Occurrences are found by
+// comparing the pattern at every position; continuations by walking forward to the next separator.
+#pragma once
+
+#include "rest/index-shard.h"
+#include "rest/types.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace rest_ref {
+
+using rest::k_doc_end;
+using rest::token_id;
+using path_t = std::vector<token_id>;
+
+// Documents joined with separators (each document followed by one).
+inline std::vector<token_id> join_documents(const std::vector<std::vector<token_id>> & docs) {
+    std::vector<token_id> text;
+    for (const auto & d : docs) {
+        text.insert(text.end(), d.begin(), d.end());
+        text.push_back(k_doc_end);
+    }
+    return text;
+}
+
+// Suffix order of index_shard: past the end sorts first, a separator after every token.
+inline std::uint64_t sort_key(const std::vector<token_id> & text, std::size_t pos) {
+    if (pos >= text.size()) {
+        return 0;
+    }
+    return text[pos] == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(text[pos]) + 1;
+}
+
+// Suffix array by sorting positions with a token-by-token comparison; suffixes starting with a separator are left
+// out, as in a datastore.
+inline std::vector<std::uint32_t> naive_suffix_array(const std::vector<token_id> & text) {
+    std::vector<std::uint32_t> sa;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != k_doc_end) {
+            sa.push_back(static_cast<std::uint32_t>(i));
+        }
+    }
+    std::sort(sa.begin(), sa.end(), [&](std::uint32_t a, std::uint32_t b) {
+        for (std::size_t k = 0;; ++k) {
+            const std::uint64_t x = sort_key(text, a + k), y = sort_key(text, b + k);
+            if (x != y) {
+                return x < y;
+            }
+            if (x == 0) {
+                return false;  // both ran off the end: equal (only possible when a == b)
+            }
+        }
+    });
+    return sa;
+}
+
+// A text with its suffix array, stored at token width 2 or 4, and an index_shard view over them.
+struct ref_shard {
+    std::vector<token_id>      text;
+    std::vector<std::uint16_t> t16;
+    std::vector<std::uint32_t> t32;
+    std::vector<std::uint32_t> sa;
+    int                        width = 2;
+
+    ref_shard(std::vector<token_id> text_, int width_) : text(std::move(text_)), width(width_) {
+        sa = naive_suffix_array(text);
+        for (const token_id t : text) {
+            t16.push_back(t == k_doc_end ? 0xFFFF : static_cast<std::uint16_t>(t));
+            t32.push_back(t == k_doc_end ? 0xFFFFFFFFu : static_cast<std::uint32_t>(t));
+        }
+    }
+    ref_shard(const ref_shard &) = delete;
+
+    rest::index_shard view() const {
+        const void * p = width == 2 ? static_cast<const void *>(t16.data()) : static_cast<const void *>(t32.data());
+        return rest::index_shard(p, text.size(), sa.data(), sa.size(), width);
+    }
+};
+
+// Positions where pattern starts in text (the pattern holds no separator).
+inline std::vector<std::size_t> occurrences(const std::vector<token_id> & text, std::span<const token_id> pattern) {
+    std::vector<std::size_t> occ;
+    for (std::size_t i = 0; i + pattern.size() <= text.size(); ++i) {
+        if (std::equal(pattern.begin(), pattern.end(), text.begin() + static_cast<std::ptrdiff_t>(i))) {
+            occ.push_back(i);
+        }
+    }
+    return occ;
+}
+
+// The longest suffix of ctx (at most n_max tokens) that occurs in any of the texts; 0 when none.
+inline int longest_suffix(const std::vector<const std::vector<token_id> *> & texts, std::span<const token_id> ctx,
+                          int n_max) {
+    for (int k = std::min<int>(n_max, static_cast<int>(ctx.size())); k > 0; --k) {
+        for (const auto * t : texts) {
+            if (!occurrences(*t, ctx.last(static_cast<std::size_t>(k))).empty()) {
+                return k;
+            }
+        }
+    }
+    return 0;
+}
+
+// Every prefix (depth 1..depth_max) of every continuation, counted.
+inline std::map<path_t, std::uint64_t> count_prefixes(const std::vector<path_t> & continuations, int depth_max) {
+    std::map<path_t, std::uint64_t> counts;
+    for (const path_t & c : continuations) {
+        path_t p;
+        for (std::size_t i = 0; i < c.size() && static_cast<int>(i) < depth_max && c[i] != k_doc_end; ++i) {
+            p.push_back(c[i]);
+            counts[p]++;
+        }
+    }
+    return counts;
+}
+
+// Continuations after every occurrence of pattern in the texts, up to depth_max tokens or the document's end.
+inline std::vector<path_t> continuations(const std::vector<const std::vector<token_id> *> & texts,
+                                         std::span<const token_id> pattern, int depth_max) {
+    std::vector<path_t> out;
+    for (const auto * t : texts) {
+        for (const std::size_t i : occurrences(*t, pattern)) {
+            path_t c;
+            for (std::size_t j = i + pattern.size(); j < t->size() && (*t)[j] != k_doc_end &&
+                                                     static_cast<int>(c.size()) < depth_max;
+                 ++j) {
+                c.push_back((*t)[j]);
+            }
+            out.push_back(c);
+        }
+    }
+    return out;
+}
+
+struct node {
+    path_t        path;
+    std::uint64_t count = 0;
+    double        score = 0;
+};
+
+// Scores every node: the product along the path of count / (parent count + alpha), the same expression (and
+// order of operations) as the implementation, so equal counts give bit-equal scores.
+inline std::vector<node> score_all(const std::map<path_t, std::uint64_t> & counts, std::uint64_t root_count,
+                                   double alpha) {
+    std::vector<node>        out;
+    std::map<path_t, double> score;
+    for (const auto & [p, c] : counts) {  // map order visits a prefix before its extensions
+        const path_t        parent(p.begin(), p.end() - 1);
+        const double        ps = parent.empty() ? 1.0 : score.at(parent);
+        const std::uint64_t pc = parent.empty() ? root_count : counts.at(parent);
+        const double        s  = ps * (static_cast<double>(c) / (static_cast<double>(pc) + alpha));
+        score[p] = s;
+        out.push_back({p, c, s});
+    }
+    return out;
+}
+
+// Score descending, depth ascending, path ascending.
+inline bool before(const node & a, const node & b) {
+    if (a.score != b.score) {
+        return a.score > b.score;
+    }
+    if (a.path.size() != b.path.size()) {
+        return a.path.size() < b.path.size();
+    }
+    return a.path < b.path;
+}
+
+inline std::vector<node> top(std::vector<node> nodes, int n) {
+    std::sort(nodes.begin(), nodes.end(), before);
+    nodes.resize(std::min<std::size_t>(nodes.size(), static_cast<std::size_t>(std::max(n, 0))));
+    return nodes;
+}
+
+// Context source: the largest k in [n_min, n_max] such that the last k tokens also end at some p <= L-2; the
+// occurrences (the most recent occ_max) and their continuations (up to the context's end).
+struct context_match {
+    int                      len = 0;
+    std::vector<std::size_t> ends;
+    std::vector<path_t>      conts;
+};
+
+inline context_match match_context(const std::vector<token_id> & c, int n_min, int n_max, std::size_t occ_max,
+                                   int depth_max) {
+    context_match m;
+    const std::size_t L = c.size();
+    for (int k = n_max; k >= n_min && m.len == 0; --k) {
+        for (std::size_t p = static_cast<std::size_t>(k) - 1; p + 2 <= L; ++p) {
+            if (std::equal(c.begin() + static_cast<std::ptrdiff_t>(p + 1 - static_cast<std::size_t>(k)),
+                           c.begin() + static_cast<std::ptrdiff_t>(p + 1),
+                           c.end() - k)) {
+                m.len = k;
+                m.ends.push_back(p);
+            }
+        }
+    }
+    if (m.ends.size() > occ_max) {
+        m.ends.erase(m.ends.begin(), m.ends.end() - static_cast<std::ptrdiff_t>(occ_max));
+    }
+    for (const std::size_t p : m.ends) {
+        path_t cont;
+        for (std::size_t j = p + 1; j < L && static_cast<int>(cont.size()) < depth_max; ++j) {
+            cont.push_back(c[j]);
+        }
+        m.conts.push_back(cont);
+    }
+    return m;
+}
+
+// Random documents: tokens drawn from a skewed distribution over n_vocab so that repeats are common.
+inline std::vector<std::vector<token_id>> random_documents(std::mt19937 & rng, int n_docs, int len_max,
+                                                           int n_vocab) {
+    std::vector<std::vector<token_id>> docs(static_cast<std::size_t>(n_docs));
+    std::uniform_int_distribution<int> len(1, len_max);
+    std::geometric_distribution<int>   geo(n_vocab <= 4 ? 0.5 : 4.0 / n_vocab);
+    for (auto & d : docs) {
+        const int n = len(rng);
+        for (int i = 0; i < n; ++i) {
+            d.push_back(std::min(geo(rng), n_vocab - 1));
+        }
+    }
+    return docs;
+}
+
+}  // namespace rest_ref

@@ -1,0 +1,190 @@
+// Suffix-array pattern search, the incremental longest-suffix match and the context matcher, each against a
+// brute-force scan on seeded random corpora (u16 and u32 widths, tiny to large alphabets).
+#include "draft/context-matcher.h"
+#include "draft/sa-search.h"
+#include "ref/ref-draft.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <memory>
+
+using namespace rest;
+using rest_ref::ref_shard;
+
+namespace {
+
+std::vector<std::size_t> positions_in(const index_shard & s, sa_range r) {
+    std::vector<std::size_t> pos;
+    for (std::uint64_t i = r.lo; i < r.hi; ++i) {
+        pos.push_back(s.suffix(i));
+    }
+    std::sort(pos.begin(), pos.end());
+    return pos;
+}
+
+// A context that mostly follows the corpus (so long matches happen), with random jumps and unseen tokens.
+std::vector<token_id> wandering_context(std::mt19937 & rng, const std::vector<token_id> & text, int n, int n_vocab) {
+    std::vector<token_id>                      out;
+    std::uniform_int_distribution<std::size_t> at(0, text.size() - 1);
+    std::uniform_real_distribution<double>     u(0, 1);
+    std::size_t                                pos = at(rng);
+    while (static_cast<int>(out.size()) < n) {
+        const double r = u(rng);
+        if (r < 0.75 && pos < text.size() && text[pos] != k_doc_end) {
+            out.push_back(text[pos++]);
+        } else if (r < 0.95) {
+            pos = at(rng);
+        } else {
+            out.push_back(static_cast<token_id>(rng() % static_cast<unsigned>(n_vocab + 3)));  // maybe unseen
+        }
+    }
+    return out;
+}
+
+struct corpus_case {
+    int n_docs, len_max, n_vocab, width;
+};
+
+const corpus_case k_cases[] = {
+    {1, 1, 2, 2},      {3, 40, 2, 2},     {20, 60, 3, 4},     {50, 100, 8, 2},
+    {40, 200, 50, 4},  {10, 500, 1000, 2}, {30, 100, 5, 4},   {5, 300, 60000, 4},
+};
+
+}  // namespace
+
+TEST(draft_search, sa_find_equals_scan) {
+    std::mt19937 rng(1);
+    for (const corpus_case & c : k_cases) {
+        const auto      docs = rest_ref::random_documents(rng, c.n_docs, c.len_max, c.n_vocab);
+        const ref_shard shard(rest_ref::join_documents(docs), c.width);
+        const index_shard s = shard.view();
+        for (int trial = 0; trial < 300; ++trial) {
+            const std::size_t     len = 1 + rng() % 6;
+            std::vector<token_id> pat;
+            if (trial % 3 == 0) {  // random pattern, often absent
+                for (std::size_t i = 0; i < len; ++i) {
+                    pat.push_back(static_cast<token_id>(rng() % static_cast<unsigned>(c.n_vocab + 1)));
+                }
+            } else {  // a substring of the corpus, present
+                const std::size_t p = rng() % shard.text.size();
+                for (std::size_t i = p; i < shard.text.size() && pat.size() < len && shard.text[i] != k_doc_end; ++i) {
+                    pat.push_back(shard.text[i]);
+                }
+            }
+            if (pat.empty()) {
+                continue;
+            }
+            const auto want = rest_ref::occurrences(shard.text, pat);
+            const auto got  = positions_in(s, sa_find(s, pat));
+            ASSERT_EQ(got, want) << "vocab " << c.n_vocab << " width " << c.width << " trial " << trial;
+            const sa_range a = sa_find(s, pat), b = s.find(pat);
+            ASSERT_EQ(a.size(), b.size()) << "differs from index_shard::find, trial " << trial;
+            if (!a.empty()) {
+                ASSERT_EQ(a, b) << "differs from index_shard::find, trial " << trial;
+            }
+        }
+    }
+}
+
+TEST(draft_search, sa_find_edge_cases) {
+    const ref_shard   shard(rest_ref::join_documents({{65534, 0, 65534}, {0}}), 2);  // largest u16 token
+    const index_shard s = shard.view();
+    const token_id    big[] = {65534};
+    EXPECT_EQ(sa_find(s, big).size(), 2u);
+    const token_id    none[] = {65535};  // not representable at width 2: never found
+    EXPECT_TRUE(sa_find(s, none).empty());
+    const token_id    neg[] = {0, k_doc_end};
+    EXPECT_TRUE(sa_find(s, neg).empty());
+    EXPECT_EQ(sa_find(s, std::span<const token_id>{}).size(), s.full().size());
+    const token_id    across[] = {65534, 0};  // once inside the first document; "65534 | 0" across the boundary is not
+    EXPECT_EQ(rest_ref::occurrences(shard.text, across).size(), 1u);
+    EXPECT_EQ(sa_find(s, across).size(), 1u);
+}
+
+TEST(draft_search, incremental_match_equals_scan) {
+    std::mt19937 rng(2);
+    for (const corpus_case & c : k_cases) {
+        for (const int n_max : {1, 3, 16}) {
+            const auto      docs = rest_ref::random_documents(rng, c.n_docs, c.len_max, c.n_vocab);
+            const ref_shard shard(rest_ref::join_documents(docs), c.width);
+            const index_shard s = shard.view();
+            const std::vector<token_id> full = wandering_context(rng, shard.text, 400, c.n_vocab);
+            sa_match          m;
+            sa_match_counters counters;
+            std::uint64_t     n_updates = 0;
+            std::size_t       seen = 0;
+            std::size_t       n    = rng() % 20;  // the "prompt"
+            while (true) {
+                const std::span<const token_id> ctx(full.data(), n);
+                sa_match_update(s, m, ctx, seen, n_max, &counters);
+                seen = n;
+                n_updates++;
+                const int want = rest_ref::longest_suffix({&shard.text}, ctx, n_max);
+                ASSERT_EQ(m.len, want) << "vocab " << c.n_vocab << " n_max " << n_max << " at context length " << n;
+                if (want == 0) {
+                    ASSERT_EQ(m.range, s.full()) << "no match keeps the whole shard, context length " << n;
+                } else {
+                    ASSERT_EQ(positions_in(s, m.range),
+                              rest_ref::occurrences(shard.text, ctx.last(static_cast<std::size_t>(want))))
+                        << "range of the match, context length " << n;
+                }
+                if (n == full.size()) {
+                    break;
+                }
+                n = std::min(full.size(), n + 1 + rng() % 4);  // accept 1..4 tokens
+            }
+            // A step costs at most one search per halving of the length bound (plus one), never n_max searches.
+            const std::uint64_t per_update = static_cast<std::uint64_t>(std::bit_width(static_cast<unsigned>(n_max))) + 1;
+            EXPECT_LE(counters.n_find, n_updates * per_update) << "vocab " << c.n_vocab << " n_max " << n_max;
+        }
+    }
+}
+
+TEST(draft_search, context_matcher_equals_scan) {
+    std::mt19937 rng(3);
+    for (const int n_vocab : {2, 4, 20, 500}) {
+        for (const auto & [n_min, n_max] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {2, 5}, {2, 16}, {3, 8}}) {
+            for (const std::size_t occ_max : {std::size_t(3), std::size_t(1000)}) {
+                // Periodic stretches make long self-matches, random ones break them.
+                std::vector<token_id> full;
+                while (full.size() < 300) {
+                    const std::size_t period = 1 + rng() % 7, reps = 1 + rng() % 6;
+                    std::vector<token_id> unit;
+                    for (std::size_t i = 0; i < period; ++i) {
+                        unit.push_back(static_cast<token_id>(rng() % static_cast<unsigned>(n_vocab)));
+                    }
+                    for (std::size_t r = 0; r < reps; ++r) {
+                        full.insert(full.end(), unit.begin(), unit.end());
+                    }
+                }
+                context_matcher cm(n_min, n_max, occ_max);
+                std::size_t     n = rng() % 10;
+                cm.reset({full.data(), n});
+                while (true) {
+                    cm.update();
+                    const auto want = rest_ref::match_context({full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n)},
+                                                              n_min, n_max, occ_max, 4);
+                    ASSERT_EQ(cm.match_len(), want.len)
+                        << "vocab " << n_vocab << " n_min " << n_min << " n_max " << n_max << " length " << n;
+                    const std::vector<std::size_t> got(cm.occurrences().begin(), cm.occurrences().end());
+                    ASSERT_EQ(got, want.ends) << "occurrences at length " << n;
+                    const auto rows = cm.continuation_rows(4);
+                    ASSERT_EQ(rows.size(), want.conts.size() * 4);
+                    for (std::size_t i = 0; i < want.conts.size(); ++i) {
+                        for (std::size_t k = 0; k < 4; ++k) {
+                            const token_id w = k < want.conts[i].size() ? want.conts[i][k] : k_doc_end;
+                            ASSERT_EQ(rows[i * 4 + k], w) << "row " << i << " column " << k;
+                        }
+                    }
+                    if (n == full.size()) {
+                        break;
+                    }
+                    const std::size_t step = std::min(full.size() - n, 1 + rng() % 3);
+                    cm.append({full.data() + n, step});
+                    n += step;
+                }
+            }
+        }
+    }
+}
