@@ -59,7 +59,7 @@ class index_builder {
     // Throws user_error("empty corpus ...") when no token was added.
     datastore_info finish();
 
-    const std::string & temp_path() const;  // where the file is written until finish()
+    const std::string & temp_path() const;  // where the file is written until finish(): datastore_temp_path(path)
     double t_sort_s() const;                // seconds in suffix sorting
     double t_write_s() const;               // seconds writing (encoding, hashing, I/O)
 
@@ -67,6 +67,10 @@ class index_builder {
     struct impl;
     std::unique_ptr<impl> impl_;
 };
+
+// The temp file a build of `path` writes in this process (path + ".tmp." + pid), so a front end's signal handler
+// can remove it when the build is interrupted.
+std::string datastore_temp_path(const std::string & path);
 
 // Writes a datastore from already-tokenized documents (atomically: temp file, fsync, rename).
 // Used by tests and benchmarks that make synthetic corpora. n_threads is accepted for API stability; the sort is

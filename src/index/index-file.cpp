@@ -1,5 +1,6 @@
 #include "index-file.h"
 
+#include "rest/index-builder.h"
 #include "rest/types.h"
 
 #include <fcntl.h>
@@ -16,12 +17,16 @@
 
 namespace rest {
 
+std::string datastore_temp_path(const std::string & path) {
+    return path + ".tmp." + std::to_string(::getpid());
+}
+
 std::string errno_text() {
     return std::strerror(errno);
 }
 
 atomic_file_writer::atomic_file_writer(const std::string & path) : path_(path) {
-    temp_path_ = path + ".tmp." + std::to_string(::getpid());
+    temp_path_ = datastore_temp_path(path);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) {
         throw user_error("cannot create '" + temp_path_ + "': " + errno_text());

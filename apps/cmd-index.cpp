@@ -1,0 +1,360 @@
+// `rest index build|verify|inspect|query`: the datastore's front end.
+#include "commands.h"
+#include "rest/datastore.h"
+#include "rest/index-builder.h"
+#include "rest/llama-model.h"
+#include "rest/types.h"
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Human-readable counts: 1234567 -> "1.23M".
+std::string si(double v) {
+    const char * units[] = {"", "k", "M", "G", "T"};
+    int          u       = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
+    return buf;
+}
+
+// One display line for a token string: control characters escaped, so output stays one line per item.
+std::string escape(const std::string & s) {
+    std::string out;
+    for (unsigned char c : s) {
+        switch (c) {
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\r': out += "\\r"; break;
+            case '"':  out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            default:
+                if (c < 0x20 || c == 0x7F) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+                    out += buf;
+                } else {
+                    out += static_cast<char>(c);
+                }
+        }
+    }
+    return out;
+}
+
+// The temp file of the build in progress, removed if the build is interrupted (the builder removes it on errors).
+char g_temp_path[4096] = {};
+
+extern "C" void on_interrupt(int sig) {
+    if (g_temp_path[0]) {
+        ::unlink(g_temp_path);  // async-signal-safe
+    }
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+
+// Redraws one status line on a terminal at most ten times a second.
+class progress_line {
+  public:
+    explicit progress_line(bool enabled) : enabled_(enabled), t0_(clock_type::now()) {}
+
+    void update(const rest::build_progress & p) {
+        if (!enabled_) {
+            return;
+        }
+        const auto now = clock_type::now();
+        if (now - last_ < std::chrono::milliseconds(100) && p.phase == last_phase_) {
+            return;
+        }
+        last_       = now;
+        last_phase_ = p.phase;
+        const double t = seconds_since(t0_);
+        char         line[256];
+        switch (p.phase) {
+            case rest::build_phase::tokenize:
+                if (p.total > 0) {
+                    std::snprintf(line, sizeof(line), "tokenize %s %3.0f%% %sB/%sB  %s tokens  %s tok/s",
+                                  bar(double(p.done) / double(p.total)).c_str(), 100.0 * p.done / p.total,
+                                  si(p.done).c_str(), si(p.total).c_str(), si(p.n_tokens).c_str(),
+                                  si(p.n_tokens / std::max(t, 1e-3)).c_str());
+                } else {
+                    std::snprintf(line, sizeof(line), "tokenize %sB  %s tokens  %s tok/s", si(p.done).c_str(),
+                                  si(p.n_tokens).c_str(), si(p.n_tokens / std::max(t, 1e-3)).c_str());
+                }
+                break;
+            case rest::build_phase::sort:
+                std::snprintf(line, sizeof(line), "sort     shard %zu (%s tokens so far) ...", p.shard,
+                              si(p.n_tokens).c_str());
+                break;
+            case rest::build_phase::write:
+                std::snprintf(line, sizeof(line), "write    %s %3.0f%% shard %zu", 
+                              bar(p.total ? double(p.done) / double(p.total) : 1.0).c_str(),
+                              p.total ? 100.0 * p.done / p.total : 100.0, p.shard);
+                break;
+        }
+        std::fprintf(stderr, "\r\033[K%s", line);
+        std::fflush(stderr);
+        shown_ = true;
+    }
+
+    void clear() {
+        if (enabled_ && shown_) {
+            std::fprintf(stderr, "\r\033[K");
+            std::fflush(stderr);
+        }
+    }
+
+  private:
+    static std::string bar(double f) {
+        const int   width = 24;
+        const int   full  = static_cast<int>(std::clamp(f, 0.0, 1.0) * width);
+        std::string s     = "[";
+        s.append(full, '#');
+        s.append(width - full, '.');
+        return s + "]";
+    }
+
+    bool                   enabled_;
+    bool                   shown_ = false;
+    clock_type::time_point t0_;
+    clock_type::time_point last_{};
+    rest::build_phase      last_phase_ = rest::build_phase::tokenize;
+};
+
+struct build_args {
+    std::string              model;
+    std::string              output;
+    std::string              format = "text";
+    std::vector<std::string> fields;
+    std::vector<std::string> include;
+    std::vector<std::string> inputs;
+    bool                     split_paragraphs = false;
+    int                      n_threads        = 0;
+    std::uint64_t            shard_tokens     = 0;
+};
+
+void run_build(const build_args & a) {
+    rest::llama_log_quiet();
+    const auto tok = rest::load_tokenizer(a.model);
+
+    rest::corpus_build_params p;
+    p.corpus.format = a.format == "jsonl" ? rest::corpus_format::jsonl
+                    : a.format == "chat"  ? rest::corpus_format::chat
+                                          : rest::corpus_format::text;
+    if (!a.fields.empty()) {
+        p.corpus.fields = a.fields;
+    }
+    p.corpus.include          = a.include;
+    p.corpus.split_paragraphs = a.split_paragraphs;
+    p.n_threads = a.n_threads > 0 ? a.n_threads : std::max(1u, std::thread::hardware_concurrency());
+    p.index.n_shard_tokens_max = a.shard_tokens;
+
+    const bool    tty = ::isatty(STDERR_FILENO) != 0;
+    progress_line progress(tty);
+    p.index.on_progress = [&](const rest::build_progress & bp) { progress.update(bp); };
+
+    std::size_t n_warnings = 0;
+    auto        warn       = [&](const std::string & w) {
+        if (++n_warnings <= 10) {
+            progress.clear();
+            std::fprintf(stderr, "rest: warning: %s\n", w.c_str());
+        }
+    };
+
+    std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(a.output).c_str());
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    const auto t0 = clock_type::now();
+    rest::corpus_build_summary s;
+    try {
+        s = rest::build_datastore(a.output, a.inputs, *tok, p, warn);
+    } catch (...) {
+        progress.clear();
+        g_temp_path[0] = '\0';
+        throw;
+    }
+    g_temp_path[0] = '\0';
+    progress.clear();
+    if (n_warnings > 10) {
+        std::fprintf(stderr, "rest: warning: %zu more warnings not shown\n", n_warnings - 10);
+    }
+    const auto & i = s.info;
+    std::printf("indexed %llu documents, %llu tokens from %llu files (%llu skipped), %s bytes of text\n",
+                (unsigned long long) i.n_documents, (unsigned long long) i.n_tokens, (unsigned long long) s.n_files,
+                (unsigned long long) s.n_files_skipped, si(double(s.n_bytes)).c_str());
+    std::printf("wrote %s: %s, u%d tokens, %zu shard(s), %llu bytes (%.2f bytes/token)\n", a.output.c_str(),
+                i.tokenizer_description.c_str(), 8 * i.token_width, i.n_shards, (unsigned long long) i.n_bytes,
+                double(i.n_bytes) / double(i.n_tokens));
+    std::printf("time: %.1f s total, tokenize %.1f s (%s tok/s, %d threads), sort %.1f s, write %.1f s\n",
+                seconds_since(t0), s.t_tokenize_s, si(i.n_tokens / std::max(s.t_tokenize_s, 1e-3)).c_str(),
+                p.n_threads, s.t_sort_s, s.t_write_s);
+}
+
+void run_verify(const std::string & path) {
+    const auto t0 = clock_type::now();
+    const auto ds = rest::datastore::open(path);
+    ds->verify();
+    const auto & i = ds->info();
+    std::printf("%s: OK, %zu shard(s), %llu tokens, %llu bytes checked in %.2f s\n", path.c_str(), i.n_shards,
+                (unsigned long long) i.n_tokens, (unsigned long long) i.n_bytes, seconds_since(t0));
+}
+
+void run_inspect(const std::string & path, bool as_json) {
+    const auto   t0      = clock_type::now();
+    const auto   ds      = rest::datastore::open(path);
+    const double t_open  = seconds_since(t0);
+    const auto & i       = ds->info();
+    const double per_tok = i.n_tokens ? double(i.n_bytes) / double(i.n_tokens) : 0.0;
+    if (as_json) {
+        nlohmann::json j = {
+            {"path", path},
+            {"format_version", i.format_version},
+            {"tokenizer", i.tokenizer_description},
+            {"tokenizer_fingerprint", i.tokenizer_fingerprint},
+            {"token_width_bytes", i.token_width},
+            {"documents", i.n_documents},
+            {"tokens", i.n_tokens},
+            {"shards", i.n_shards},
+            {"bytes", i.n_bytes},
+            {"bytes_per_token", per_tok},
+            {"open_ms", t_open * 1e3},
+        };
+        nlohmann::json shards = nlohmann::json::array();
+        for (const auto & s : ds->shards()) {
+            shards.push_back({{"text_tokens", s.n_tokens()}, {"suffixes", s.n_suffixes()}});
+        }
+        j["shard_sizes"] = shards;
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("index:          %s\n", path.c_str());
+    std::printf("format version: %u\n", i.format_version);
+    std::printf("tokenizer:      %s (fingerprint 0x%016llx)\n", i.tokenizer_description.c_str(),
+                (unsigned long long) i.tokenizer_fingerprint);
+    std::printf("token width:    %d bytes (u%d)\n", i.token_width, 8 * i.token_width);
+    std::printf("documents:      %llu\n", (unsigned long long) i.n_documents);
+    std::printf("tokens:         %llu\n", (unsigned long long) i.n_tokens);
+    std::printf("shards:         %zu\n", i.n_shards);
+    std::printf("bytes:          %llu (%.3f bytes/token)\n", (unsigned long long) i.n_bytes, per_tok);
+    std::printf("opened in:      %.3f ms\n", t_open * 1e3);
+}
+
+struct query_args {
+    std::string model;
+    std::string index;
+    std::string text;
+    std::size_t top        = 10;
+    std::size_t max_length = 64;
+    std::size_t depth      = 16;
+};
+
+void run_query(const query_args & a) {
+    rest::llama_log_quiet();
+    const auto tok = rest::load_tokenizer(a.model);
+    const auto ds  = rest::datastore::open(a.index, tok->fingerprint(), tok->description());
+    const std::vector<rest::token_id> ctx = tok->tokenize(a.text, false, false);
+    std::printf("query: %zu tokens\n", ctx.size());
+    const auto t0 = clock_type::now();
+    const rest::datastore_match m = rest::find_longest_suffix(*ds, ctx, a.max_length);
+    const double t_find = seconds_since(t0);
+    if (m.length == 0) {
+        std::printf("no match: the query's last token does not occur in the index\n");
+        return;
+    }
+    const std::vector<rest::token_id> matched(ctx.end() - static_cast<std::ptrdiff_t>(m.length), ctx.end());
+    std::printf("longest match: %zu tokens \"%s\", %llu occurrences (%.1f us)\n", m.length,
+                escape(tok->detokenize(matched)).c_str(), (unsigned long long) m.count, t_find * 1e6);
+    const auto next = rest::next_token_counts(*ds, m, a.top);
+    std::printf("top continuations (count, then the most frequent path from it, up to %zu tokens):\n", a.depth);
+    for (const auto & tc : next) {
+        if (tc.token == rest::k_doc_end) {
+            std::printf("%10llu  <end of document>\n", (unsigned long long) tc.count);
+            continue;
+        }
+        // Extend greedily with the most frequent next token, stopping at a document's end.
+        std::vector<rest::token_id> pattern = matched;
+        std::vector<rest::token_id> cont    = {tc.token};
+        pattern.push_back(tc.token);
+        while (cont.size() < a.depth) {
+            const auto step = rest::next_token_counts(*ds, rest::find_all(*ds, pattern), 1);
+            if (step.empty() || step[0].token == rest::k_doc_end) {
+                break;
+            }
+            pattern.push_back(step[0].token);
+            cont.push_back(step[0].token);
+        }
+        std::printf("%10llu  \"%s\"\n", (unsigned long long) tc.count, escape(tok->detokenize(cont)).c_str());
+    }
+}
+
+}  // namespace
+
+void add_index_command(CLI::App & root) {
+    auto * idx = root.add_subcommand("index", "Build, verify, inspect and query datastores (suffix-array indexes)");
+    idx->require_subcommand(1);
+
+    auto   b     = std::make_shared<build_args>();
+    auto * build = idx->add_subcommand("build", "Tokenize a corpus with the model's tokenizer and index it");
+    build->add_option("-m,--model", b->model, "GGUF model whose tokenizer to use (only the vocabulary is loaded)")
+        ->required();
+    build->add_option("-o,--output", b->output, "Index file to write (atomically)")->required();
+    build->add_option("--format", b->format,
+                      "text: each file is a document; jsonl: --field of each record; chat: ShareGPT/OpenAI records "
+                      "rendered with the model's chat template")
+        ->check(CLI::IsMember({"text", "jsonl", "chat"}))
+        ->capture_default_str();
+    build->add_option("--field", b->fields, "jsonl: dotted path to a string or list of strings (repeatable; "
+                                            "default text)");
+    build->add_option("--include", b->include, "Glob on file names when walking directories, e.g. '*.py' "
+                                                "(repeatable)");
+    build->add_flag("--split-paragraphs", b->split_paragraphs, "text: blank-line-separated paragraphs are documents");
+    build->add_option("-t,--threads", b->n_threads, "Tokenizer threads (0: all)")->capture_default_str();
+    build->add_option("--shard-tokens", b->shard_tokens,
+                      "Most tokens per shard (0: a suffix array's reach); build memory is ~10 bytes x this for u16")
+        ->capture_default_str();
+    build->add_option("inputs", b->inputs, "Files, directories (recursive) or - for stdin")->required();
+    build->callback([b] { run_build(*b); });
+
+    auto   vpath  = std::make_shared<std::string>();
+    auto * verify = idx->add_subcommand("verify", "Check every section checksum of an index");
+    verify->add_option("index", *vpath, "Index file")->required();
+    verify->callback([vpath] { run_verify(*vpath); });
+
+    auto   ipath   = std::make_shared<std::string>();
+    auto   ijson   = std::make_shared<bool>(false);
+    auto * inspect = idx->add_subcommand("inspect", "Print an index's format, tokenizer and counts");
+    inspect->add_option("index", *ipath, "Index file")->required();
+    inspect->add_flag("--json", *ijson, "Print JSON");
+    inspect->callback([ipath, ijson] { run_inspect(*ipath, *ijson); });
+
+    auto   q     = std::make_shared<query_args>();
+    auto * query = idx->add_subcommand("query", "Longest match of a text's end and its top continuations");
+    query->add_option("-m,--model", q->model, "GGUF model (its tokenizer must match the index's)")->required();
+    query->add_option("index", q->index, "Index file")->required();
+    query->add_option("text", q->text, "Query text; its longest indexed suffix is matched")->required();
+    query->add_option("--top", q->top, "Continuations to show")->capture_default_str();
+    query->add_option("--max-length", q->max_length, "Longest suffix to try, tokens")->capture_default_str();
+    query->add_option("--depth", q->depth, "Tokens shown per continuation")->capture_default_str();
+    query->callback([q] { run_query(*q); });
+}
