@@ -1,29 +1,36 @@
-// How many draft nodes to verify this step. The decoder asks a policy after drafting, with the scored tree in hand.
+// How many draft nodes to verify this step. The decoder asks a policy after drafting, with every request's
+// scored tree in hand, so one choice covers the whole forward pass (continuous batching).
 #pragma once
 
 #include "rest/draft-tree.h"
 
 #include <cstdint>
+#include <span>
 
 namespace rest {
 
 struct budget_query {
     const draft_tree * tree = nullptr;  // best-first candidates; the policy picks a prefix length
     std::int32_t       n_past = 0;      // committed tokens of this request (attention cost grows with it)
-    std::int32_t       n_batch_other = 0;  // rows other requests put in the same forward pass
-    std::int32_t       n_max = 0;       // hard cap from the caller (context room, --draft-max)
+    std::int32_t       n_max = 0;       // hard cap from the caller (context room, --draft-max, sequence ids)
 };
 
 class budget_policy {
   public:
     virtual ~budget_policy() = default;
-    // Returns N in [0, min(n_max, tree size)]: verify the first N nodes (0: plain decoding this step).
-    virtual std::int32_t choose(const budget_query & q) = 0;
-    // Feedback after the step: rows decoded in the forward pass, the time it took, and, per node verified in this
-    // request's tree, whether it was accepted. Default: ignore.
-    virtual void observe(std::int32_t n_rows, double t_us, std::int32_t n_past) { (void) n_rows; (void) t_us; (void) n_past; }
-    virtual void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::int32_t n_accepted) {
-        (void) tree; (void) n_verified; (void) n_accepted;
+    // Whether drafting is worth its own time this step (a policy can back off when drafts keep not paying).
+    virtual bool want_draft() { return true; }
+    // For each query, n_out[i] in [0, min(n_max, tree size)]: verify the first n_out[i] nodes (0: plain decoding).
+    virtual void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) = 0;
+    // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;
+    // t_draft_us is what drafting cost this step, over all requests.
+    virtual void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
+        (void) n_rows; (void) n_past; (void) t_us; (void) t_draft_us;
+    }
+    // Feedback per request: the first n_verified nodes of tree were verified and `path` (root's child first) was
+    // accepted.
+    virtual void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) {
+        (void) tree; (void) n_verified; (void) path;
     }
 };
 
@@ -31,7 +38,7 @@ class budget_policy {
 class fixed_budget final : public budget_policy {
   public:
     explicit fixed_budget(std::int32_t n) : n_(n) {}
-    std::int32_t choose(const budget_query & q) override;
+    void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
 
   private:
     std::int32_t n_;

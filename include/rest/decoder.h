@@ -96,6 +96,8 @@ class decoder {
     // Per-step scratch, reused to keep the hot path free of allocations.
     std::vector<draft_tree>   trees_;
     std::vector<tree_request> batch_;
+    std::vector<budget_query> queries_;
+    std::vector<std::int32_t> n_keep_;
     std::vector<request *>    live_;
     std::vector<std::int32_t> path_;
     std::vector<token_id>     emitted_;

@@ -133,43 +133,52 @@ void decoder::step(std::span<request * const> requests) {
         trees_.resize(live_.size());
     }
 
-    // 1. Draft. Every request's tree is capped by its context room and its share of sequence ids (one per leaf).
-    const std::int32_t leaf_share = std::max(1, model_.n_leaves_max() / (std::int32_t) live_.size());
-    std::int32_t       rows       = 0;
+    // 1. Draft (unless the policy has found that drafts do not pay lately). Every request's tree is capped by its
+    //    context room.
+    const bool drafting = !policy_ || policy_->want_draft();
+    double     t_draft  = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
         tree.clear();
         const std::int32_t room = model_.n_ctx_slot() - model_.n_past(r.slot) - 1;
         const std::int32_t cap  = std::min(r.params.n_draft_max, room);
-        if (r.draft && cap > 0) {
+        if (drafting && r.draft && cap > 0) {
             const double t0 = now_us();
             tree = r.draft->draft(cap);
-            r.stats.t_draft_us += now_us() - t0;
+            const double dt = now_us() - t0;
+            r.stats.t_draft_us += dt;
+            t_draft += dt;
         }
-        rows += 1 + (std::int32_t) tree.size();
     }
-    // 2. Budget: each request keeps the best prefix of its tree that the policy says pays for itself.
+    // 2. Budget: the policy picks each tree's best prefix for the whole forward pass; then every request keeps to
+    //    its share of sequence ids (one per leaf).
+    queries_.resize(live_.size());
+    n_keep_.assign(live_.size(), 0);
+    for (size_t i = 0; i < live_.size(); ++i) {
+        queries_[i].tree   = &trees_[i];
+        queries_[i].n_past = model_.n_past(live_[i]->slot);
+        queries_[i].n_max  = (std::int32_t) trees_[i].size();
+    }
+    if (policy_) {
+        policy_->choose(queries_, n_keep_);
+    } else {
+        for (size_t i = 0; i < live_.size(); ++i) n_keep_[i] = (std::int32_t) trees_[i].size();
+    }
+    const std::int32_t leaf_share = std::max(1, model_.n_leaves_max() / (std::int32_t) live_.size());
+    std::int32_t       rows       = 0;
+    std::int64_t       past_sum   = 0;
     batch_.clear();
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
-        if (!tree.empty()) {
-            std::int32_t n = (std::int32_t) tree.size();
-            if (policy_) {
-                budget_query q;
-                q.tree          = &tree;
-                q.n_past        = model_.n_past(r.slot);
-                q.n_batch_other = rows - 1 - (std::int32_t) tree.size();
-                q.n_max         = n;
-                n               = std::clamp(policy_->choose(q), 0, n);
-            }
-            while (n > 0 && (std::int32_t) tree.n_leaves(n) > leaf_share) {
-                --n;
-            }
-            rows -= (std::int32_t) tree.size() - n;
-            tree.truncate(n);
+        std::int32_t n    = std::clamp(n_keep_[i], 0, (std::int32_t) tree.size());
+        while (n > 0 && (std::int32_t) tree.n_leaves(n) > leaf_share) {
+            --n;
         }
+        tree.truncate(n);
+        rows += 1 + n;
+        past_sum += model_.n_past(r.slot);
         tree_request tr;
         tr.slot    = r.slot;
         tr.root    = r.root;
@@ -198,7 +207,7 @@ void decoder::step(std::span<request * const> requests) {
     }
     const double t_verify = now_us() - t_dec0;
     if (policy_) {
-        policy_->observe(rows, t_verify, model_.n_past(live_[0]->slot));
+        policy_->observe_step(rows, (std::int32_t) (past_sum / (std::int64_t) live_.size()), t_verify, t_draft);
     }
 
     // 4. Walk each tree: sample once per visited node, follow the child drafted with the sampled token.
@@ -227,7 +236,7 @@ void decoder::step(std::span<request * const> requests) {
         }
         model_.commit((std::int32_t) i, path_);
         if (policy_ && !tree.empty()) {
-            policy_->observe_acceptance(tree, (std::int32_t) tree.size(), (std::int32_t) path_.size());
+            policy_->observe_acceptance(tree, (std::int32_t) tree.size(), path_);
         }
         if (r.draft) {
             r.draft->accept(emitted_);
@@ -256,10 +265,6 @@ void decoder::run(request & r, std::span<const token_id> prompt) {
     if (r.draft) {
         r.draft->finish();
     }
-}
-
-std::int32_t fixed_budget::choose(const budget_query & q) {
-    return std::min(n_, q.n_max);
 }
 
 token_id argmax(std::span<const float> logits) {

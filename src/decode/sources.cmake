@@ -1,3 +1,5 @@
 set(REST_DECODE_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/decoder.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cost-model.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/adaptive-budget.cpp
 )

@@ -1,0 +1,91 @@
+// Verify cost t(rows, n_past) of one forward pass, measured rather than assumed, and the budget policy built on it.
+//
+// t depends on the batch rows (compute-bound on CPUs: 8 rows cost ~3x one; nearly flat on GPUs up to ~64) and on
+// the context fill (attention reads every cached position). The table is measured at start-up (calibrate_cost),
+// cached on disk by the front end, and corrected online by the policy from measured step times.
+#pragma once
+
+#include "rest/budget.h"
+#include "rest/target-model.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rest {
+
+struct cost_table {
+    std::vector<std::int32_t> rows;       // increasing batch sizes (>= 1)
+    std::vector<double>       t_us;       // forward-pass time at each size, with a short context
+    double                    attn_us = 0;  // extra time per row per cached position (attention), >= 0
+
+    // Interpolated (linearly between measured sizes, extrapolated linearly past the last one).
+    double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
+    bool   valid() const { return !rows.empty() && rows.size() == t_us.size() && rows.front() == 1; }
+    // One-line text form for the on-disk cache: "rest-cost 1 <attn_us> <n> rows... t_us...". parse() returns an
+    // invalid table for anything malformed (the cache is then simply re-measured).
+    std::string        serialize() const;
+    static cost_table  parse(const std::string & text);
+};
+
+struct calibrate_params {
+    std::vector<std::int32_t> rows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+    std::int32_t              n_reps = 3;         // median of this many timings per size
+    std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us
+    double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
+};
+
+// Measures t(rows) on `slot` of the model with throwaway chain drafts, then clears the slot. The slot must be idle.
+cost_table calibrate_cost(target_model & model, std::int32_t slot, const calibrate_params & params = {});
+
+struct adaptive_budget_params {
+    std::int32_t n_max = 64;            // hard cap on nodes per request
+    double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score in calibration
+    double       time_ema = 0.05;       // weight of a new step in the online cost correction
+    std::int32_t backoff_max = 32;      // when drafts keep not paying, draft only every this many steps at most
+    // Exploration: when drafting does not pay but the best node's drafter score is at least explore_min_score and
+    // its calibration bin has fewer than explore_obs observations, verify that one node anyway, so a pessimistic
+    // calibration can recover. Costs at most explore_obs extra rows per bin.
+    float        explore_min_score = 0.25f;
+    std::int32_t explore_obs = 16;
+};
+
+// Chooses, for all requests of a forward pass together, the draft prefixes that maximise expected tokens per
+// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft). E uses the drafter's scores calibrated online per source
+// and score bin against realised acceptance. Picks 0 (plain decoding) when no draft pays for its cost, and then
+// backs off drafting itself, probing again at exponentially spaced steps.
+class adaptive_budget final : public budget_policy {
+  public:
+    adaptive_budget(cost_table table, adaptive_budget_params params = {});
+
+    bool want_draft() override;
+    void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
+    void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
+
+    // The probability the policy currently assigns to a node with this drafter score and source mask.
+    double calibrated(float score, std::uint8_t sources) const;
+    // Predicted forward-pass time including the online correction.
+    double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
+    const cost_table & table() const { return table_; }
+
+  private:
+    static constexpr int k_bins = 10;
+    struct bin {
+        double n = 0;         // verified nodes
+        double accepted = 0;  // of which accepted
+    };
+    std::size_t correction_index(std::int32_t n_rows) const;
+
+    cost_table                              table_;
+    adaptive_budget_params                  params_;
+    std::vector<double>                     correction_;  // measured/predicted per table size, EMA
+    std::array<std::array<bin, k_bins>, 8>  calib_{};     // [source mask][score bin]
+    double                                  t_draft_us_ = 0;  // EMA of drafting time per step
+    std::int32_t                            n_zero_ = 0;      // consecutive steps that chose no draft at all
+    std::int32_t                            skip_ = 0;        // steps left before drafting again
+    std::int32_t                            last_n_past_ = 0;
+};
+
+}  // namespace rest

@@ -1,0 +1,140 @@
+#include "rest/cost-model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace rest {
+
+adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params) :
+    table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 1.0) {}
+
+std::size_t adaptive_budget::correction_index(std::int32_t n_rows) const {
+    if (table_.rows.empty()) return 0;
+    const auto it = std::lower_bound(table_.rows.begin(), table_.rows.end(), n_rows);
+    if (it == table_.rows.end()) return table_.rows.size() - 1;
+    if (it != table_.rows.begin() && (*it - n_rows) > (n_rows - *(it - 1))) return (it - table_.rows.begin()) - 1;
+    return it - table_.rows.begin();
+}
+
+double adaptive_budget::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
+    return table_.predict_us(n_rows, n_past) * correction_[correction_index(n_rows)];
+}
+
+double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
+    const double s = std::clamp((double) score, 0.0, 1.0);
+    const bin &  b = calib_[sources & 7][std::min(k_bins - 1, (int) (s * k_bins))];
+    return (b.accepted + params_.prior_weight * s) / (b.n + params_.prior_weight);
+}
+
+bool adaptive_budget::want_draft() {
+    if (skip_ > 0) {
+        --skip_;
+        return false;
+    }
+    return true;
+}
+
+void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
+    const size_t        nq = qs.size();
+    std::vector<size_t> next(nq, 0), lim(nq, 0);
+    double              n_past_mean = 0;
+    for (size_t i = 0; i < nq; ++i) {
+        n_out[i] = 0;
+        lim[i]   = qs[i].tree ? std::min<size_t>({qs[i].tree->size(), (size_t) std::max(0, qs[i].n_max),
+                                                  (size_t) params_.n_max}) : 0;
+        n_past_mean += qs[i].n_past;
+    }
+    n_past_mean /= std::max<size_t>(1, nq);
+    const std::int32_t p = (std::int32_t) n_past_mean;
+
+    // Greedy over the whole batch: add the next node (in each tree's best-first order) with the highest calibrated
+    // probability, and remember the configuration with the best expected tokens per microsecond.
+    std::int32_t rows      = (std::int32_t) nq;
+    double       expected  = (double) nq;
+    const double t_plain   = predict_us(rows, p);
+    double       best_rate = expected / t_plain;
+    std::vector<std::int32_t> cur(nq, 0);
+    bool improved = false;
+    while (true) {
+        size_t pick = nq;
+        double pv   = -1;
+        for (size_t i = 0; i < nq; ++i) {
+            if (next[i] < lim[i]) {
+                const draft_tree & t = *qs[i].tree;
+                const double       v = calibrated(t.scores[next[i]], t.sources[next[i]]);
+                if (v > pv) { pv = v; pick = i; }
+            }
+        }
+        if (pick == nq) break;
+        ++next[pick];
+        ++cur[pick];
+        ++rows;
+        expected += pv;
+        const double rate = expected / predict_us(rows, p);
+        if (rate > best_rate) {
+            best_rate = rate;
+            std::copy(cur.begin(), cur.end(), n_out.begin());
+            improved = true;
+        }
+    }
+    // Drafting pays only if the best speculative rate beats plain decoding even after paying for the drafts.
+    double exp_best = (double) nq;
+    std::int32_t rows_best = (std::int32_t) nq;
+    for (size_t i = 0; i < nq; ++i) {
+        for (std::int32_t k = 0; k < n_out[i]; ++k) {
+            exp_best += calibrated(qs[i].tree->scores[k], qs[i].tree->sources[k]);
+        }
+        rows_best += n_out[i];
+    }
+    const bool pays = improved && exp_best / (predict_us(rows_best, p) + t_draft_us_) > (double) nq / t_plain;
+    if (pays) {
+        n_zero_ = 0;
+        return;
+    }
+    // Not paying: back off drafting exponentially. Keep learning: when the most promising node's calibration bin
+    // has little evidence, verify that one node anyway (bounded exploration cost).
+    ++n_zero_;
+    skip_ = std::min(params_.backoff_max, 1 << std::min(n_zero_ - 1, 20)) - 1;
+    for (size_t i = 0; i < nq; ++i) {
+        if (lim[i] > 0) {
+            const draft_tree & t = *qs[i].tree;
+            const double       s = std::clamp((double) t.scores[0], 0.0, 1.0);
+            if (s >= params_.explore_min_score &&
+                calib_[t.sources[0] & 7][std::min(k_bins - 1, (int) (s * k_bins))].n < params_.explore_obs) {
+                n_out[i] = std::max<std::int32_t>(n_out[i], 1);
+            }
+        }
+    }
+}
+
+void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
+    const double base = table_.predict_us(n_rows, n_past);
+    if (base > 0 && t_us > 0) {
+        double & c = correction_[correction_index(n_rows)];
+        // Clamp single observations so one preempted step cannot swing the model.
+        const double ratio = std::clamp(t_us / base, 0.25 * c, 4.0 * c);
+        c = (1 - params_.time_ema) * c + params_.time_ema * ratio;
+    }
+    if (t_draft_us > 0) {
+        t_draft_us_ = t_draft_us_ == 0 ? t_draft_us : 0.9 * t_draft_us_ + 0.1 * t_draft_us;
+    }
+    last_n_past_ = n_past;
+}
+
+void adaptive_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_verified,
+                                         std::span<const std::int32_t> path) {
+    for (std::int32_t i = 0; i < n_verified && i < (std::int32_t) tree.size(); ++i) {
+        const double s = std::clamp((double) tree.scores[i], 0.0, 1.0);
+        bin & b = calib_[tree.sources[i] & 7][std::min(k_bins - 1, (int) (s * k_bins))];
+        b.n += 1;
+        b.accepted += std::find(path.begin(), path.end(), i) != path.end() ? 1 : 0;
+    }
+}
+
+void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
+    for (size_t i = 0; i < qs.size(); ++i) {
+        n_out[i] = qs[i].tree ? std::min<std::int32_t>({n_, qs[i].n_max, (std::int32_t) qs[i].tree->size()}) : 0;
+    }
+}
+
+}  // namespace rest

@@ -1,0 +1,177 @@
+// The cost model and the adaptive budget, with injected cost tables (no clocks): it must pick 0 when drafts are
+// worthless, small trees when verification is expensive, and large trees when the cost curve is flat.
+#include "fake-model.h"
+#include "rest/cost-model.h"
+
+using namespace rest;
+
+namespace {
+
+cost_table table_of(std::vector<std::int32_t> rows, std::vector<double> t, double attn = 0) {
+    cost_table c;
+    c.rows    = std::move(rows);
+    c.t_us    = std::move(t);
+    c.attn_us = attn;
+    return c;
+}
+
+// A chain of n nodes whose scores decay geometrically from p (a drafter's path probabilities).
+draft_tree chain(int n, float p, std::uint8_t src = 1) {
+    draft_tree t;
+    float s = 1;
+    for (int i = 0; i < n; ++i) {
+        s *= p;
+        t.add(100 + i, i - 1, s, src);
+    }
+    return t;
+}
+
+std::int32_t choose_one(adaptive_budget & b, const draft_tree & t, std::int32_t n_past = 10) {
+    budget_query q{&t, n_past, (std::int32_t) t.size()};
+    std::int32_t n = -1;
+    b.choose({&q, 1}, {&n, 1});
+    return n;
+}
+
+// CPU-like: 8 rows cost ~3x one (stories260K's measured curve, in microseconds).
+const cost_table k_cpu = table_of({1, 2, 4, 8, 16, 32, 64}, {77, 109, 146, 238, 463, 1140, 3350});
+// GPU-like: flat up to 64.
+const cost_table k_gpu = table_of({1, 2, 4, 8, 16, 32, 64}, {1000, 1001, 1002, 1004, 1008, 1016, 1030});
+
+TEST(cost_table, interpolates_and_extrapolates) {
+    EXPECT_DOUBLE_EQ(k_cpu.predict_us(1, 0), 77);
+    EXPECT_DOUBLE_EQ(k_cpu.predict_us(3, 0), (109 + 146) / 2.0);
+    EXPECT_GT(k_cpu.predict_us(128, 0), k_cpu.predict_us(64, 0));
+    const cost_table a = table_of({1, 4}, {10, 20}, 0.5);
+    EXPECT_DOUBLE_EQ(a.predict_us(4, 100), 20 + 0.5 * 4 * 100);
+}
+
+TEST(cost_table, serializes_and_rejects_garbage) {
+    const cost_table back = cost_table::parse(k_cpu.serialize());
+    ASSERT_TRUE(back.valid());
+    EXPECT_EQ(back.rows, k_cpu.rows);
+    for (size_t i = 0; i < back.t_us.size(); ++i) EXPECT_NEAR(back.t_us[i], k_cpu.t_us[i], 1e-6);
+    for (const char * bad : {"", "rest-cost 2 0 1 1 5", "rest-cost 1 0 2 1 2 5", "rest-cost 1 0 1 2 5",
+                             "rest-cost 1 -1 1 1 5", "nonsense", "rest-cost 1 0 1 1 -3"}) {
+        EXPECT_FALSE(cost_table::parse(bad).valid()) << bad;
+    }
+}
+
+TEST(adaptive_budget, picks_zero_when_drafts_are_worthless) {
+    adaptive_budget b(k_cpu);
+    EXPECT_EQ(choose_one(b, chain(16, 0.05f)), 0);
+    EXPECT_EQ(choose_one(b, draft_tree{}), 0);
+}
+
+TEST(adaptive_budget, small_trees_on_steep_costs_large_on_flat_costs) {
+    adaptive_budget cpu(k_cpu), gpu(k_gpu);
+    const draft_tree good = chain(64, 0.9f);
+    const std::int32_t n_cpu = choose_one(cpu, good);
+    const std::int32_t n_gpu = choose_one(gpu, good);
+    EXPECT_GT(n_cpu, 0);
+    EXPECT_LE(n_cpu, 16);
+    EXPECT_GT(n_gpu, 32);
+    EXPECT_GT(n_gpu, n_cpu);
+}
+
+TEST(adaptive_budget, the_choice_maximises_expected_rate) {
+    // Brute force over every prefix length: the greedy joint choice must find the best single-request prefix.
+    for (float p : {0.3f, 0.5f, 0.7f, 0.8f, 0.9f, 0.97f}) {
+        for (const cost_table * c : {&k_cpu, &k_gpu}) {
+            adaptive_budget_params no_explore;
+            no_explore.explore_obs = 0;
+            adaptive_budget  b(*c, no_explore);
+            const draft_tree t = chain(40, p);
+            const int        n = choose_one(b, t);
+            double           best = 0;
+            int              best_n = 0;
+            double           e = 1;
+            for (int k = 0; k <= 40; ++k) {
+                if (k > 0) e += t.scores[k - 1];
+                const double rate = e / c->predict_us(1 + k, 10);
+                if (rate > best + 1e-12) { best = rate; best_n = k; }
+            }
+            EXPECT_EQ(n, best_n) << "p " << p;
+        }
+    }
+}
+
+TEST(adaptive_budget, backs_off_drafting_when_it_does_not_pay) {
+    adaptive_budget b(k_cpu);
+    int drafted_steps = 0;
+    for (int step = 0; step < 200; ++step) {
+        if (!b.want_draft()) continue;
+        ++drafted_steps;
+        const draft_tree t = chain(8, 0.05f);
+        const std::int32_t n = choose_one(b, t);
+        b.observe_acceptance(t, n, {});
+    }
+    EXPECT_LT(drafted_steps, 40) << "drafting should back off exponentially";
+    EXPECT_GT(drafted_steps, 4) << "but keep probing";
+}
+
+TEST(adaptive_budget, calibration_learns_realised_acceptance) {
+    adaptive_budget b(k_cpu);
+    // The drafter claims 0.9 but nothing from source 2 is ever accepted.
+    const draft_tree t = chain(4, 0.9f, 2);
+    for (int i = 0; i < 200; ++i) b.observe_acceptance(t, 4, {});
+    EXPECT_LT(b.calibrated(0.9f, 2), 0.05);
+    EXPECT_NEAR(b.calibrated(0.9f, 1), 0.9, 1e-6);  // other sources untouched
+    EXPECT_EQ(choose_one(b, t), 0);
+    // And a source whose drafts are always accepted earns more than its claim.
+    const draft_tree u = chain(4, 0.3f, 4);
+    const std::int32_t path[] = {0, 1, 2, 3};
+    for (int i = 0; i < 200; ++i) b.observe_acceptance(u, 4, path);
+    EXPECT_GT(b.calibrated(u.scores[0], 4), 0.9);
+}
+
+TEST(adaptive_budget, online_correction_tracks_measured_time) {
+    adaptive_budget b(k_cpu);
+    for (int i = 0; i < 400; ++i) b.observe_step(8, 10, 2 * 238.0, 0);
+    EXPECT_NEAR(b.predict_us(8, 10), 2 * 238.0, 5.0);
+    EXPECT_NEAR(b.predict_us(1, 10), 77, 1e-9);
+}
+
+TEST(adaptive_budget, batch_of_requests_shares_one_forward_pass) {
+    // Eight busy slots on a CPU curve: the batch already costs a lot, so drafts must be very good to be added.
+    adaptive_budget b(k_cpu);
+    std::vector<draft_tree>   trees(8, chain(16, 0.5f));
+    std::vector<budget_query> qs;
+    for (auto & t : trees) qs.push_back({&t, 10, 16});
+    std::vector<std::int32_t> n(8, -1);
+    b.choose(qs, n);
+    int total = 0;
+    for (int v : n) total += v;
+    adaptive_budget single(k_cpu);
+    EXPECT_LE(total, 8 * choose_one(single, trees[0]));
+}
+
+TEST(calibrate_cost, produces_a_valid_monotone_table_on_a_fake_model) {
+    rest_test::fake_target m(50, 600, 1, 3);
+    calibrate_params p;
+    p.n_reps = 1;
+    const cost_table t = calibrate_cost(m, 0, p);
+    ASSERT_TRUE(t.valid());
+    EXPECT_TRUE(std::is_sorted(t.t_us.begin(), t.t_us.end()));
+    EXPECT_EQ(m.n_past(0), 0);  // the slot is left clean
+}
+
+TEST(adaptive_budget, decoder_with_worthless_drafts_stays_near_plain) {
+    // Random drafts are never accepted: the policy must stop verifying them, so forward passes ~= tokens.
+    rest_test::fake_target m(30, 1000, 1, 9);
+    adaptive_budget b(k_cpu);
+    rest_test::oracle_drafter d(m, 1, 0.0, 4, 6);  // p_oracle = 0: pure noise
+    greedy_sampler s;
+    decoder dec(m, &b);
+    request r;
+    r.params.n_predict = 300;
+    r.params.n_draft_max = 32;
+    r.sampler = &s;
+    r.draft = &d;
+    const std::vector<token_id> prompt = {1, 2, 3};
+    dec.run(r, prompt);
+    EXPECT_EQ((int) r.output.size(), 300);
+    EXPECT_LT(r.stats.n_drafted, 60) << "verified " << r.stats.n_drafted << " worthless nodes";
+}
+
+}  // namespace
