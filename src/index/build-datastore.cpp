@@ -124,6 +124,9 @@ corpus_build_summary build_datastore(const std::string & path, const std::vector
     const double t_loop = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                           builder.t_sort_s() - builder.t_write_s();
 
+    std::vector<corpus_document>().swap(in_flight);  // the last sort is the peak: hold nothing else
+    std::vector<corpus_document>().swap(docs);
+
     corpus_build_summary s;
     s.n_files         = reader.n_files();
     s.n_files_skipped = reader.n_skipped();

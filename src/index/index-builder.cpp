@@ -6,6 +6,10 @@
 
 #include <xxhash.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -132,6 +136,10 @@ struct index_builder::impl {
         const std::uint64_t n  = n_text;
         const int           sw = sort_width;
         progress(build_phase::sort, shards.size(), 0);
+#if defined(__GLIBC__)
+        // Tokenizer threads leave freed batches in their malloc arenas; hand them back before the peak.
+        malloc_trim(0);
+#endif
         auto        t0 = std::chrono::steady_clock::now();
         anon_buffer work(n * sw * sizeof(std::int32_t));
         auto *      sa   = reinterpret_cast<std::int32_t *>(work.data());

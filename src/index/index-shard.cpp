@@ -36,6 +36,54 @@ std::uint64_t index_shard::key_at(std::uint64_t pos) const {
     return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
 }
 
+namespace {
+
+// Equal range of a three-way comparator over ranks [lo, hi) (cmp(rank) < 0: the rank sorts before the target).
+// One shared descent until a probe lands inside the target run, then the two bounds on either side of it: the
+// probes above that point are shared. Each step prefetches the suffix-array entries of both possible next probes,
+// so a probe waits on one cache miss (the text) instead of two (suffix array, then text).
+template <typename Cmp>
+sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t hi, Cmp && cmp) {
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        __builtin_prefetch(sa + lo + (mid - lo) / 2);
+        __builtin_prefetch(sa + mid + 1 + (hi - mid - 1) / 2);
+        const int c = cmp(mid);
+        if (c < 0) {
+            lo = mid + 1;
+        } else if (c > 0) {
+            hi = mid;
+        } else {
+            std::uint64_t a = lo, b = mid;  // first rank not before the target lies in [lo, mid]
+            while (a < b) {
+                const std::uint64_t m = a + (b - a) / 2;
+                __builtin_prefetch(sa + a + (m - a) / 2);
+                __builtin_prefetch(sa + m + 1 + (b - m - 1) / 2);
+                if (cmp(m) < 0) {
+                    a = m + 1;
+                } else {
+                    b = m;
+                }
+            }
+            std::uint64_t e = mid + 1, f = hi;  // first rank after the target lies in [mid + 1, hi]
+            while (e < f) {
+                const std::uint64_t m = e + (f - e) / 2;
+                __builtin_prefetch(sa + e + (m - e) / 2);
+                __builtin_prefetch(sa + m + 1 + (f - m - 1) / 2);
+                if (cmp(m) <= 0) {
+                    e = m + 1;
+                } else {
+                    f = m;
+                }
+            }
+            return {a, e};
+        }
+    }
+    return {lo, lo};
+}
+
+}  // namespace
+
 sa_range index_shard::narrow(sa_range r, std::uint32_t depth, token_id t) const {
     if (t < 0) {
         return {r.lo, r.lo};
@@ -47,50 +95,39 @@ sa_range index_shard::narrow(sa_range r, std::uint32_t depth, token_id t) const 
         return {buckets_[t], buckets_[t + 1]};
     }
     const std::uint64_t key = static_cast<std::uint64_t>(t) + 1;
-    // One descent until a probe lands inside the run, then the two bounds separately on either side of it: the
-    // probes above that point are shared, which matters when r is large and the run small.
-    std::uint64_t lo = r.lo, hi = r.hi;
-    while (lo < hi) {
-        const std::uint64_t mid = lo + (hi - lo) / 2;
-        const std::uint64_t k   = key_at(std::uint64_t(sa_[mid]) + depth);
-        if (k < key) {
-            lo = mid + 1;
-        } else if (k > key) {
-            hi = mid;
-        } else {
-            std::uint64_t a = lo, b = mid;  // first rank with key >= key lies in [lo, mid]
-            while (a < b) {
-                const std::uint64_t m = a + (b - a) / 2;
-                if (key_at(std::uint64_t(sa_[m]) + depth) < key) {
-                    a = m + 1;
-                } else {
-                    b = m;
-                }
-            }
-            std::uint64_t c = mid + 1, d = hi;  // first rank with key > key lies in [mid + 1, hi]
-            while (c < d) {
-                const std::uint64_t m = c + (d - c) / 2;
-                if (key_at(std::uint64_t(sa_[m]) + depth) <= key) {
-                    c = m + 1;
-                } else {
-                    d = m;
-                }
-            }
-            return {a, c};
-        }
-    }
-    return {lo, lo};
+    return equal_range(sa_, r.lo, r.hi, [&](std::uint64_t rank) {
+        const std::uint64_t k = key_at(std::uint64_t(sa_[rank]) + depth);
+        return k < key ? -1 : (k > key ? 1 : 0);
+    });
 }
 
 sa_range index_shard::find(std::span<const token_id> pattern) const {
-    sa_range r = full();
-    for (std::uint32_t d = 0; d < pattern.size() && !r.empty(); ++d) {
-        if (pattern[d] < 0) {
-            return {r.lo, r.lo};
-        }
-        r = narrow(r, d, pattern[d]);
+    if (pattern.empty()) {
+        return full();
     }
-    return r;
+    for (const token_id t : pattern) {
+        if (t < 0) {
+            return {0, 0};
+        }
+    }
+    // The first token by the table (O(1)), the rest by one binary search comparing whole suffixes: O(log |range|)
+    // probes in all, against O(|pattern| log |range|) narrowing token by token. A probe reads the pattern's tokens
+    // from one text position, usually one cache line.
+    const sa_range r = narrow(full(), 0, pattern[0]);
+    if (pattern.size() == 1 || r.empty()) {
+        return r;
+    }
+    return equal_range(sa_, r.lo, r.hi, [&](std::uint64_t rank) {
+        const std::uint64_t pos = sa_[rank];
+        for (std::size_t d = 1; d < pattern.size(); ++d) {
+            const std::uint64_t k   = key_at(pos + d);
+            const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
+            if (k != key) {
+                return k < key ? -1 : 1;
+            }
+        }
+        return 0;
+    });
 }
 
 std::size_t index_shard::read(std::uint64_t pos, std::span<token_id> out) const {

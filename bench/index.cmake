@@ -1,0 +1,7 @@
+# Datastore (issue 3): micro-benchmarks on synthetic corpora, and the latency tool index-scale.sh runs on a real index.
+add_executable(bench-index bench-index.cpp)
+target_include_directories(bench-index PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(bench-index PRIVATE rest-core benchmark::benchmark benchmark::benchmark_main)
+
+add_executable(bench-index-lookup bench-index-lookup.cpp)
+target_link_libraries(bench-index-lookup PRIVATE rest-core)
