@@ -105,7 +105,7 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("-c,--ctx-size", a->sp.ctx.n_ctx, "Context size (0: model's, capped at 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", a->sp.ctx.n_threads, "CPU threads (0: all)")->capture_default_str();
     cmd->add_option("-b,--batch-size", a->sp.ctx.n_batch, "Most tokens per forward pass")->capture_default_str();
-    cmd->add_option("-ngl,--n-gpu-layers", a->sp.n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    cmd->add_option("--ngl,--n-gpu-layers", a->sp.n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
     cmd->add_option("--temp", a->sampling.temp, "Temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
@@ -114,8 +114,12 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty")->capture_default_str();
     cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
     cmd->add_option("--index", a->sp.index_path, "Datastore built with `rest index build`");
-    cmd->add_option("--draft-max", a->sp.n_draft_max, "Most draft nodes per step (-1: automatic, from measured cost)")
+    cmd->add_option("--draft-max", a->sp.n_draft_max,
+                    "Cap on draft nodes per step; the cost model picks each step's budget below it (-1: 64)")
         ->capture_default_str();
+    cmd->add_option("--draft-fixed", a->sp.n_draft_fixed,
+                    "Verify exactly this many draft nodes every step (no cost model; for comparisons)");
+    cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");
     cmd->add_flag("--json", a->json, "Print one JSON object per prompt (text, tokens, stats)");
     cmd->callback([a] { run_generate(*a); });

@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "cost-cache.h"
+
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 
@@ -12,10 +14,13 @@ session::session(const session_params & params) : params_(params) {
     }
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
     ctx_     = model_->new_context(params.ctx);
-    if (params.n_draft_max >= 0) {
-        policy_ = std::make_unique<rest::fixed_budget>(params.n_draft_max);
+    if (params.n_draft_fixed >= 0) {
+        policy_ = std::make_unique<rest::fixed_budget>(params.n_draft_fixed);
     } else {
-        policy_ = std::make_unique<rest::fixed_budget>(16);
+        costs_ = load_or_calibrate_costs(*model_, *ctx_, params.ctx, params.verbose);
+        rest::adaptive_budget_params bp;
+        bp.n_max = params.n_draft_max >= 0 ? params.n_draft_max : params.draft.n_budget_max;
+        policy_  = std::make_unique<rest::adaptive_budget>(costs_, bp);
     }
     decoder_ = std::make_unique<rest::decoder>(*ctx_, policy_.get());
 }
@@ -39,7 +44,10 @@ run_result session::run(std::span<const rest::token_id> prompt, const run_option
     rest::request r;
     r.slot             = 0;
     r.params.n_predict = opt.n_predict;
-    r.params.n_draft_max = opt.speculate ? (params_.n_draft_max >= 0 ? params_.n_draft_max : dp.n_budget_max) : 0;
+    r.params.n_draft_max = !opt.speculate                ? 0
+                           : params_.n_draft_fixed >= 0   ? params_.n_draft_fixed
+                           : params_.n_draft_max >= 0     ? params_.n_draft_max
+                                                          : dp.n_budget_max;
     r.sampler          = sampler.get();
     r.draft            = drafter.get();
     r.is_eog           = [this](rest::token_id t) { return model_->is_eog(t); };

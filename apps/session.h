@@ -4,7 +4,10 @@
 
 #include "rest/datastore.h"
 #include "rest/decoder.h"
+#include "rest/drafter.h"
+#include "rest/history-store.h"
 #include "rest/llama-model.h"
+#include "rest/cost-model.h"
 #include "rest/sampler.h"
 
 #include <memory>
@@ -17,7 +20,9 @@ struct session_params {
     rest::context_params ctx;
     std::int32_t         n_gpu_layers = 0;
     rest::drafter_params draft;
-    std::int32_t         n_draft_max = -1;     // -1: automatic budget (cost model); >= 0: fixed cap
+    std::int32_t         n_draft_max = -1;     // cap on draft nodes per step; -1: the drafter's n_budget_max
+    std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no cost model), for comparisons
+    bool                 verbose = false;      // print the cost calibration to stderr
 };
 
 struct run_options {
@@ -43,7 +48,11 @@ class session {
 
     const rest::model & model() const { return *model_; }
     const rest::datastore * datastore() const { return datastore_.get(); }
+    rest::history_store & history() { return *history_; }
+    // The measured verify-cost table (empty with a fixed budget).
+    const rest::cost_table & costs() const { return costs_; }
     rest::target_model & context() { return *ctx_; }
+    rest::budget_policy & policy() { return *policy_; }
 
     std::vector<rest::token_id> tokenize_prompt(const std::string & text) const;
     run_result run(std::span<const rest::token_id> prompt, const run_options & opt);
@@ -55,5 +64,6 @@ class session {
     std::unique_ptr<rest::history_store> history_;
     std::unique_ptr<rest::target_model>  ctx_;
     std::unique_ptr<rest::budget_policy> policy_;
+    rest::cost_table                     costs_;
     std::unique_ptr<rest::decoder>       decoder_;
 };

@@ -1,0 +1,64 @@
+#include "cost-cache.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path cache_dir() {
+    if (const char * d = std::getenv("RESTCPP_CACHE_DIR")) return fs::path(d) / "costs";
+    if (const char * d = std::getenv("XDG_CACHE_HOME")) return fs::path(d) / "rest.cpp" / "costs";
+    if (const char * d = std::getenv("HOME")) return fs::path(d) / ".cache" / "rest.cpp" / "costs";
+    return fs::temp_directory_path() / "rest.cpp-costs";
+}
+
+}  // namespace
+
+rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_model & ctx,
+                                         const rest::context_params & cp, bool verbose) {
+    const auto & info = m.info();
+    std::error_code ec;
+    const auto size  = fs::file_size(info.path, ec);
+    const auto mtime = fs::last_write_time(info.path, ec).time_since_epoch().count();
+    const int  threads = cp.n_threads > 0 ? cp.n_threads : (int) std::thread::hardware_concurrency();
+    const std::string key = fs::absolute(info.path, ec).string() + "|" + std::to_string(size) + "|" +
+                            std::to_string(mtime) + "|" + info.backend + "|t" + std::to_string(threads) + "|b" +
+                            std::to_string(cp.n_batch);
+    char name[32];
+    std::snprintf(name, sizeof(name), "%016zx.txt", std::hash<std::string>{}(key));
+    const fs::path path = cache_dir() / name;
+
+    if (std::ifstream in(path); in) {
+        std::string line;
+        std::getline(in, line);
+        rest::cost_table t = rest::cost_table::parse(line);
+        if (t.valid()) {
+            return t;
+        }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    rest::cost_table t = rest::calibrate_cost(ctx, 0);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (verbose || secs > 2) {
+        std::fprintf(stderr, "rest: measured verify cost in %.1f s (cached in %s):", secs, path.c_str());
+        for (size_t i = 0; i < t.rows.size(); ++i) std::fprintf(stderr, " t(%d)=%.3fms", t.rows[i], t.t_us[i] / 1000);
+        std::fprintf(stderr, "\n");
+    }
+    if (t.valid()) {
+        fs::create_directories(path.parent_path(), ec);
+        const fs::path tmp = path.string() + ".tmp";
+        if (std::ofstream out(tmp); out) {
+            out << t.serialize() << "\n" << key << "\n";
+            out.close();
+            fs::rename(tmp, path, ec);
+        }
+    }
+    return t;
+}

@@ -1,0 +1,338 @@
+#include "engine.h"
+
+#include "server-budget.h"
+#include "text-stream.h"
+
+#include "rest/history-store.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace {
+
+double now_us() {
+    using clock = std::chrono::steady_clock;
+    return std::chrono::duration<double, std::micro>(clock::now().time_since_epoch()).count();
+}
+
+const char * finish_reason(rest::stop_reason r) {
+    switch (r) {
+        case rest::stop_reason::length:
+        case rest::stop_reason::context:   return "length";
+        case rest::stop_reason::eog:
+        case rest::stop_reason::stop:      return "stop";
+        case rest::stop_reason::cancelled:
+        case rest::stop_reason::none:      return "cancelled";
+    }
+    return "cancelled";
+}
+
+}  // namespace
+
+// A slot's request and everything the request points to. Lives as long as the engine; reused per job.
+struct engine::slot {
+    std::int32_t                         index = 0;
+    bool                                 busy  = false;  // written under engine::mutex_
+    std::shared_ptr<job>                 j;
+    rest::request                        req;
+    std::unique_ptr<rest::token_sampler> sampler;
+    std::unique_ptr<rest::drafter>       drafter;
+    text_stream                          text;
+    double                               t_queue_ms = 0;
+    rest::generation_stats               seen;  // req.stats already reported to the metrics
+};
+
+engine::engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
+               rest::history_store * history, const engine_params & params, server_metrics & metrics) :
+    model_(model), ctx_(ctx), ds_(ds), history_(history), params_(params), metrics_(metrics) {
+    policy_  = make_server_budget(params.n_draft_max);
+    decoder_ = std::make_unique<rest::decoder>(ctx_, policy_.get());
+    for (std::int32_t i = 0; i < ctx_.n_slots(); ++i) {
+        slots_.push_back(std::make_unique<slot>());
+        slots_.back()->index = i;
+    }
+}
+
+engine::~engine() {
+    stop();
+}
+
+void engine::start() {
+    thread_ = std::thread([this] { loop(); });
+}
+
+engine::submit_result engine::submit(const std::shared_ptr<job> & j) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (draining_ || stop_) {
+            return submit_result::draining;
+        }
+        if ((std::int32_t) queue_.size() >= params_.queue_max) {
+            return submit_result::queue_full;
+        }
+        queue_.push_back(j);
+    }
+    cv_.notify_one();
+    return submit_result::ok;
+}
+
+void engine::wake() {
+    cv_.notify_one();
+}
+
+void engine::drain() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    draining_ = true;
+}
+
+bool engine::wait_idle(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_idle_.wait_until(lock, deadline, [this] { return queue_.empty() && n_busy_ == 0; });
+}
+
+void engine::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+}
+
+engine_load engine::load() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {(std::int32_t) slots_.size(), n_busy_, (std::int32_t) queue_.size(), draining_};
+}
+
+void engine::begin(slot & s, std::shared_ptr<job> j) {
+    const job_input & in = j->input();
+    s.j                  = std::move(j);
+    s.t_queue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.j->t_submit()).count();
+    s.text       = text_stream(in.stop);
+    s.sampler    = model_.new_sampler(in.sampling);
+    s.drafter.reset();
+    const bool speculate = params_.speculate && in.speculate && in.n_draft_max != 0;
+    if (speculate) {
+        rest::drafter_params dp = params_.draft;
+        dp.use_datastore        = dp.use_datastore && ds_ != nullptr;
+        dp.use_history          = dp.use_history && history_ != nullptr;
+        s.drafter = std::make_unique<rest::drafter>(ds_, dp.use_history ? history_ : nullptr, dp);
+    }
+    std::int32_t cap = params_.n_draft_max >= 0 ? params_.n_draft_max : params_.draft.n_budget_max;
+    if (in.n_draft_max >= 0) {
+        cap = std::min(cap, in.n_draft_max);
+    }
+    s.req                  = rest::request{};
+    s.req.slot             = s.index;
+    s.req.params.n_predict = in.n_predict;
+    s.req.params.n_draft_max = speculate ? cap : 0;
+    s.req.sampler          = s.sampler.get();
+    s.req.draft            = s.drafter.get();
+    s.req.is_eog           = [this](rest::token_id t) { return model_.is_eog(t); };
+    slot * sp              = &s;
+    s.req.on_token         = [this, sp](rest::token_id t) {
+        // End-of-generation tokens end the text; they are not part of it.
+        return model_.is_eog(t) || sp->text.add(model_.vocab().piece(t));
+    };
+    decoder_->start(s.req, in.prompt);
+    s.seen = s.req.stats;
+    metrics_.on_prefill(s.req.stats.n_prompt, s.req.stats.n_forward, s.req.stats.t_prefill_us);
+}
+
+void engine::end(slot & s, bool cancelled) {
+    rest::request & r = s.req;
+    if (!cancelled) {
+        // The finished output joins the online store (the drafter hands it over itself).
+        if (s.drafter) {
+            s.drafter->finish();
+        } else if (history_ && !r.output.empty()) {
+            history_->add(r.output);
+        }
+    }
+    job_output out;
+    out.finish_reason = cancelled ? "cancelled" : finish_reason(r.stopped);
+    out.n_prompt      = r.stats.n_prompt;
+    out.n_completion  = (std::int64_t) r.output.size();
+    out.tokens        = std::move(r.output);
+    out.stats         = r.stats;
+    out.slot          = s.index;
+    out.t_queue_ms    = s.t_queue_ms;
+    metrics_.on_finish(out.finish_reason, out.n_prompt, out.n_completion, out.t_queue_ms);
+    s.j->publish(s.text.finish());
+    s.j->finish(std::move(out));
+    s.j.reset();
+    s.drafter.reset();
+    s.sampler.reset();
+    s.req = rest::request{};
+    ctx_.clear(s.index);  // its KV cells go back to the pool now, for other slots' trees
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        s.busy = false;
+        --n_busy_;
+        if (queue_.empty() && n_busy_ == 0) {
+            cv_idle_.notify_all();
+        }
+    }
+}
+
+void engine::fail_active(const std::string & message) {
+    std::fprintf(stderr, "rest serve: %s\n", message.c_str());
+    for (auto & sp : slots_) {
+        slot & s = *sp;
+        if (!s.busy || !s.j) {
+            continue;
+        }
+        job_output out;
+        out.error_status  = 500;
+        out.error         = message;
+        out.finish_reason = "error";
+        metrics_.on_finish("error", s.req.stats.n_prompt, (std::int64_t) s.req.output.size(), s.t_queue_ms);
+        s.j->finish(std::move(out));
+        s.j.reset();
+        s.drafter.reset();
+        s.sampler.reset();
+        s.req = rest::request{};
+        ctx_.clear(s.index);
+        std::lock_guard<std::mutex> lock(mutex_);
+        s.busy = false;
+        --n_busy_;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty() && n_busy_ == 0) {
+        cv_idle_.notify_all();
+    }
+}
+
+void engine::loop() {
+    std::vector<rest::request *> reqs;
+    std::vector<slot *>          active;
+    std::vector<std::pair<slot *, std::shared_ptr<job>>> admitted;
+    std::vector<std::shared_ptr<job>> dropped;
+    while (true) {
+        admitted.clear();
+        dropped.clear();
+        bool stopping = false;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            cv_.wait(lock, [this] { return stop_ || n_busy_ > 0 || !queue_.empty(); });
+            stopping = stop_;
+            for (auto it = queue_.begin(); it != queue_.end();) {
+                if (stopping || (*it)->cancelled()) {
+                    dropped.push_back(std::move(*it));
+                    it = queue_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            for (auto & sp : slots_) {
+                if (queue_.empty()) {
+                    break;
+                }
+                if (!sp->busy) {
+                    sp->busy = true;
+                    ++n_busy_;
+                    admitted.emplace_back(sp.get(), std::move(queue_.front()));
+                    queue_.pop_front();
+                }
+            }
+            if (queue_.empty() && n_busy_ == 0) {
+                cv_idle_.notify_all();
+            }
+        }
+        for (auto & j : dropped) {
+            job_output out;
+            out.finish_reason = "cancelled";
+            if (stopping) {
+                out.error_status = 503;
+                out.error        = "the server is shutting down";
+            }
+            metrics_.on_finish("cancelled", 0, 0, 0);
+            j->finish(std::move(out));
+        }
+        for (auto & [s, j] : admitted) {
+            std::shared_ptr<job> keep = j;
+            try {
+                begin(*s, std::move(j));
+            } catch (const std::exception & e) {
+                // The HTTP layer checked the prompt against the context; this is a last line of defence.
+                job_output out;
+                out.error_status  = dynamic_cast<const rest::user_error *>(&e) ? 400 : 500;
+                out.error         = e.what();
+                out.finish_reason = "error";
+                metrics_.on_finish("error", 0, 0, 0);
+                keep->finish(std::move(out));
+                s->j.reset();
+                s->drafter.reset();
+                s->sampler.reset();
+                s->req = rest::request{};
+                ctx_.clear(s->index);
+                std::lock_guard<std::mutex> lock(mutex_);
+                s->busy = false;
+                --n_busy_;
+            }
+        }
+
+        active.clear();
+        reqs.clear();
+        for (auto & sp : slots_) {
+            slot & s = *sp;
+            if (!s.busy || !s.j) {
+                continue;
+            }
+            if (stopping || s.j->cancelled()) {
+                end(s, true);
+                continue;
+            }
+            if (s.req.done()) {  // n_predict == 0, or finished during prompt processing
+                end(s, false);
+                continue;
+            }
+            active.push_back(&s);
+            reqs.push_back(&s.req);
+        }
+        if (stopping) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (queue_.empty() && n_busy_ == 0) {
+                break;
+            }
+            continue;
+        }
+        if (reqs.empty()) {
+            continue;
+        }
+
+        const std::int64_t f0 = ctx_.n_forward();
+        const double       t0 = now_us();
+        try {
+            decoder_->step(reqs);
+        } catch (const std::exception & e) {
+            fail_active(std::string("decoding failed: ") + e.what());
+            continue;
+        }
+        step_sample st;
+        st.n_forward = ctx_.n_forward() - f0;
+        for (slot * s : active) {
+            const rest::generation_stats & now = s->req.stats;
+            st.n_tokens += now.n_tokens - s->seen.n_tokens;
+            st.n_drafted += now.n_drafted - s->seen.n_drafted;
+            st.n_accepted += now.n_accepted - s->seen.n_accepted;
+            st.t_draft_us += now.t_draft_us - s->seen.t_draft_us;
+            // Every request of a step is charged the step's whole verify time: count it once.
+            st.t_verify_us = std::max(st.t_verify_us, now.t_verify_us - s->seen.t_verify_us);
+            st.n_slots += now.n_steps > s->seen.n_steps ? 1 : 0;
+            s->seen = now;
+        }
+        for (slot * s : active) {
+            s->j->publish(s->text.take());
+            if (s->req.done()) {
+                end(*s, false);
+            }
+        }
+        st.t_step_us = now_us() - t0;
+        if (st.n_forward > 0) {
+            metrics_.on_step(st);
+        }
+    }
+}

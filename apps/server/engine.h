@@ -1,0 +1,94 @@
+// The slot scheduler: one engine thread owns the llama.cpp context and the decoder, and advances every active
+// request by one forward pass per step (continuous batching).
+//
+// HTTP threads only submit jobs and wait on them (job.h). Jobs beyond the slots wait in a FIFO queue (bounded:
+// submit() refuses beyond queue_max). Per iteration the engine admits queued jobs into free slots (prompt
+// processing), drops cancelled jobs (a disconnected client's slot is free before the next step), runs one
+// decoder step over all active slots, publishes the text each released and retires finished requests.
+#pragma once
+
+#include "job.h"
+#include "metrics.h"
+
+#include "rest/decoder.h"
+#include "rest/drafter.h"
+#include "rest/llama-model.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace rest {
+class datastore;
+class history_store;
+}  // namespace rest
+
+struct engine_params {
+    bool                 speculate   = true;  // false: plain decoding for every request
+    std::int32_t         n_draft_max = -1;    // cap per slot and step (-1: the budget policy's default)
+    std::int32_t         queue_max   = 512;
+    rest::drafter_params draft;
+};
+
+struct engine_load {
+    std::int32_t n_slots = 0;
+    std::int32_t n_busy = 0;
+    std::int32_t n_queued = 0;
+    bool         draining = false;
+};
+
+class engine {
+  public:
+    // Everything passed in must outlive the engine. The context's slots are the engine's slots.
+    engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
+           rest::history_store * history, const engine_params & params, server_metrics & metrics);
+    ~engine();
+    engine(const engine &) = delete;
+    engine & operator=(const engine &) = delete;
+
+    void start();
+
+    enum class submit_result { ok, queue_full, draining };
+    submit_result submit(const std::shared_ptr<job> & j);
+    // Wakes the engine after job::cancel(), so a queued job leaves the queue promptly.
+    void wake();
+
+    // Shutdown, in order: drain() refuses new jobs; wait_idle() waits for the queue and slots to empty;
+    // stop() cancels whatever is left and joins the engine thread.
+    void drain();
+    bool wait_idle(std::chrono::steady_clock::time_point deadline);
+    void stop();
+
+    engine_load load() const;
+
+  private:
+    struct slot;
+
+    void loop();
+    void begin(slot & s, std::shared_ptr<job> j);
+    void end(slot & s, bool cancelled);
+    void fail_active(const std::string & message);
+
+    const rest::model &                  model_;
+    rest::target_model &                 ctx_;
+    const rest::datastore *              ds_;
+    rest::history_store *                history_;
+    engine_params                        params_;
+    server_metrics &                     metrics_;
+    std::unique_ptr<rest::budget_policy> policy_;
+    std::unique_ptr<rest::decoder>       decoder_;
+    std::vector<std::unique_ptr<slot>>   slots_;  // engine thread only (busy flags also under mutex_)
+
+    mutable std::mutex                     mutex_;
+    std::condition_variable                cv_;       // engine waits for work
+    std::condition_variable                cv_idle_;  // wait_idle() waits for an empty engine
+    std::deque<std::shared_ptr<job>>       queue_;
+    std::int32_t                           n_busy_ = 0;
+    bool                                   draining_ = false;
+    bool                                   stop_ = false;
+    std::thread                            thread_;
+};

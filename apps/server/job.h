@@ -1,0 +1,71 @@
+// One generation request in flight between an HTTP thread and the engine thread.
+//
+// The HTTP thread builds the input, submits the job to the engine and then waits on it; the engine publishes
+// released text as it is generated and finishes the job exactly once (success, error or cancellation). Both
+// sides hold a shared_ptr, so whichever lets go last frees it: a client that disconnects never leaves the engine
+// with a dangling job, and an engine that finishes early never leaves the client waiting forever.
+#pragma once
+
+#include "rest/decoder.h"
+#include "rest/sampler.h"
+#include "rest/types.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct job_input {
+    std::vector<rest::token_id> prompt;           // tokenized, checked against the context
+    std::int32_t                n_predict = -1;   // -1: until EOG or the slot's context end
+    rest::sampler_params        sampling;
+    std::vector<std::string>    stop;
+    bool                        speculate   = true;
+    std::int32_t                n_draft_max = -1; // per-request cap (-1: the server's)
+};
+
+struct job_output {
+    int         error_status = 0;  // non-zero: the job failed with this HTTP status and error message
+    std::string error;
+    std::string finish_reason;     // "stop" | "length" | "cancelled"
+    std::int64_t n_prompt = 0;
+    std::int64_t n_completion = 0;
+    std::vector<rest::token_id> tokens;
+    rest::generation_stats      stats;
+    std::int32_t slot = -1;
+    double       t_queue_ms = 0;   // submit to slot
+};
+
+class job {
+  public:
+    explicit job(job_input in) : in_(std::move(in)), t_submit_(std::chrono::steady_clock::now()) {}
+
+    const job_input & input() const { return in_; }
+    std::chrono::steady_clock::time_point t_submit() const { return t_submit_; }
+
+    // Engine side.
+    void publish(const std::string & text);
+    void finish(job_output out);
+
+    // HTTP side: waits up to `timeout` for news, appends released text to `text`; true once finished (output() is
+    // then final and no more text will come).
+    bool wait(std::chrono::milliseconds timeout, std::string & text);
+    const job_output & output() const { return out_; }  // only after wait() returned true
+
+    // Either side: the client is gone or the server gives up. The engine frees the slot at its next iteration.
+    void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+    bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  private:
+    const job_input                             in_;
+    const std::chrono::steady_clock::time_point t_submit_;
+    std::mutex                                  mutex_;
+    std::condition_variable                     cv_;
+    std::string                                 pending_;
+    bool                                        finished_ = false;
+    job_output                                  out_;
+    std::atomic<bool>                           cancelled_{false};
+};

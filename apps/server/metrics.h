@@ -1,0 +1,64 @@
+// Server counters and their Prometheus text exposition (GET /metrics).
+//
+// Counters only grow; gauges (slots, queue, online store) are read at scrape time by the caller. Every member may
+// be called from any thread: updates are a handful per request and one per engine step, so one mutex suffices.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+struct metrics_gauges {
+    std::int32_t  n_slots = 0;
+    std::int32_t  n_slots_busy = 0;
+    std::int32_t  n_queued = 0;
+    std::uint64_t history_tokens = 0;
+    std::uint64_t history_documents = 0;
+    bool          draining = false;
+};
+
+// One engine step over every active slot (one target forward pass).
+struct step_sample {
+    std::int32_t n_slots = 0;        // slots verified in this forward pass
+    std::int64_t n_tokens = 0;       // tokens emitted over all slots
+    std::int64_t n_drafted = 0;      // draft nodes verified
+    std::int64_t n_accepted = 0;     // draft nodes accepted
+    std::int64_t n_forward = 0;      // llama_decode calls it took (1, or 2 after a memory fallback)
+    double       t_draft_us = 0;
+    double       t_verify_us = 0;
+    double       t_step_us = 0;      // the whole step (draft, verify, sampling, publishing)
+};
+
+class server_metrics {
+  public:
+    void on_request(const std::string & endpoint);
+    void on_status(int status);
+    void on_prefill(std::int64_t n_tokens, std::int64_t n_forward, double t_us);
+    void on_step(const step_sample & s);
+    // A generation ended: reason is "stop", "length", "cancelled" or "error".
+    void on_finish(const std::string & reason, std::int64_t n_prompt, std::int64_t n_completion, double t_queue_ms);
+    void on_corpus_add(std::int64_t n_tokens);
+
+    std::string prometheus(const metrics_gauges & g) const;
+
+  private:
+    mutable std::mutex                  mutex_;
+    std::map<std::string, std::int64_t> requests_;   // by endpoint
+    std::map<int, std::int64_t>         responses_;  // by HTTP status
+    std::map<std::string, std::int64_t> finished_;   // by reason
+    std::int64_t n_prompt_tokens_ = 0;
+    std::int64_t n_completion_tokens_ = 0;
+    std::int64_t n_forward_ = 0;       // llama_decode calls: prompt chunks + steps
+    std::int64_t n_steps_ = 0;         // forward passes that verified at least one slot
+    std::int64_t n_slot_steps_ = 0;    // sum over steps of the slots in them: per-request forward passes
+    std::int64_t n_step_tokens_ = 0;   // tokens emitted by steps
+    std::int64_t n_drafted_ = 0;
+    std::int64_t n_accepted_ = 0;
+    std::int64_t n_corpus_tokens_ = 0;
+    double       t_prefill_us_ = 0;
+    double       t_draft_us_ = 0;
+    double       t_verify_us_ = 0;
+    double       t_step_us_ = 0;
+    double       t_queue_ms_ = 0;
+};

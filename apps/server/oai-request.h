@@ -1,0 +1,45 @@
+// OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed and validated into a completion_spec.
+//
+// Validation needs no model: it checks JSON syntax, types, ranges, and refuses what this server cannot honour
+// (n > 1, logprobs, tools, ...) instead of silently ignoring it. Unknown top-level fields are refused as OpenAI
+// does ("Unrecognized request argument supplied"). Model-dependent checks (prompt length vs context, token ids
+// vs vocabulary) happen when the prompt is tokenized (server-prompt.h).
+#pragma once
+
+#include "rest/sampler.h"
+#include "rest/tokenizer.h"
+#include "rest/types.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+enum class api_kind {
+    completion,  // POST /v1/completions
+    chat,        // POST /v1/chat/completions
+};
+
+struct completion_spec {
+    api_kind    kind = api_kind::completion;
+    std::string model;  // as sent (any value is accepted: the server serves one model)
+
+    // completion: prompt_text, or prompt_tokens when has_prompt_tokens; chat: messages
+    std::string                     prompt_text;
+    std::vector<rest::token_id>     prompt_tokens;
+    bool                            has_prompt_tokens = false;
+    std::vector<rest::chat_message> messages;
+
+    std::int32_t             max_tokens = -1;  // -1: not given
+    rest::sampler_params     sampling;         // OpenAI defaults: temperature 1, top_p 1, no top-k, no min-p
+    std::vector<std::string> stop;
+    bool                     stream        = false;
+    bool                     include_usage = false;  // stream_options.include_usage
+
+    // rest.cpp extensions
+    bool         speculate     = true;   // false: plain decoding for this request
+    std::int32_t draft_max     = -1;     // per-request cap on draft nodes per step (-1: server default)
+    bool         return_tokens = false;  // add the generated token ids to the `rest` object
+};
+
+// Throws api_error (400) naming the offending field.
+completion_spec parse_completion_request(const std::string & body, api_kind kind);

@@ -1,0 +1,34 @@
+// Settings of `rest serve`. The CLI fills them; everything below the CLI only reads them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct server_params {
+    std::string model_path;
+    std::string index_path;             // "" : no datastore
+    std::string alias;                  // model id in /v1/models and responses ("": the model file's stem)
+    std::string host = "127.0.0.1";     // loopback unless the user asks otherwise
+    int         port = 8080;            // 0: any free port (printed on stdout)
+    std::string api_key;                // "": no authentication
+
+    std::int32_t n_parallel   = 4;      // slots: concurrent sequences in the one llama.cpp context
+    std::int32_t n_ctx        = 0;      // positions over all slots; 0: the model's training context (<= 4096) per slot
+    std::int32_t n_batch      = 512;    // most tokens per llama_decode call
+    std::int32_t n_threads    = 0;      // compute threads (0: all hardware threads)
+    std::int32_t n_gpu_layers = 0;
+
+    bool         speculate   = true;    // false: every request decodes plainly
+    std::int32_t n_draft_max = -1;      // most draft nodes per slot and step (-1: the server's default budget)
+    std::int32_t n_predict   = -1;      // max_tokens when a request gives none (-1: until EOG or the slot's context end)
+
+    std::string   history_path;             // online store: loaded at start when present, saved at shutdown
+    std::uint64_t history_tokens_max = 1 << 20;  // its capacity in tokens
+
+    std::int32_t n_threads_http = 0;    // HTTP worker threads (0: max(32, 4 * n_parallel))
+    std::int32_t queue_max      = 512;  // most requests waiting for a slot; beyond it requests get 503
+    std::size_t  body_max_bytes = 8u << 20;  // largest request body accepted (413 beyond)
+    double       drain_timeout_s = 60;  // SIGTERM: wait this long for in-flight requests, then cancel them
+    bool         verbose = false;       // one stderr line per request
+};

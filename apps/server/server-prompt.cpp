@@ -1,0 +1,55 @@
+#include "server-prompt.h"
+
+#include "api-error.h"
+
+job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok, const prompt_limits & lim) {
+    job_input in;
+    if (spec.kind == api_kind::chat) {
+        std::string text;
+        try {
+            text = tok.apply_chat_template(spec.messages, true);
+        } catch (const rest::user_error & e) {
+            throw bad_request(std::string(e.what()) + "; use /v1/completions with this model", "messages",
+                              "chat_template_unavailable");
+        }
+        // Rendered chat text carries control tokens ("<|user|>"): parse them, as `rest generate` does.
+        in.prompt = tok.tokenize(text, true, true);
+    } else if (spec.has_prompt_tokens) {
+        for (const rest::token_id t : spec.prompt_tokens) {
+            if (t >= tok.n_vocab()) {
+                throw bad_request("'prompt' token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                      std::to_string(tok.n_vocab()) + " tokens)",
+                                  "prompt");
+            }
+        }
+        in.prompt = spec.prompt_tokens;
+    } else {
+        in.prompt = tok.tokenize(spec.prompt_text, true, true);
+    }
+    const char *       param = spec.kind == api_kind::chat ? "messages" : "prompt";
+    const std::int64_t n     = (std::int64_t) in.prompt.size();
+    if (n == 0) {
+        throw bad_request("the prompt is empty (no tokens)", param);
+    }
+    if (n >= lim.n_ctx_slot) {
+        throw bad_request("This model's maximum context length is " + std::to_string(lim.n_ctx_slot) +
+                              " tokens per slot. However, your prompt has " + std::to_string(n) + " tokens.",
+                          param, "context_length_exceeded");
+    }
+    if (spec.max_tokens >= 0 && n + spec.max_tokens > lim.n_ctx_slot) {
+        throw bad_request("This model's maximum context length is " + std::to_string(lim.n_ctx_slot) +
+                              " tokens per slot. However, you requested " + std::to_string(n + spec.max_tokens) +
+                              " tokens (" + std::to_string(n) + " in the prompt, " +
+                              std::to_string(spec.max_tokens) + " for the completion).",
+                          "max_tokens", "context_length_exceeded");
+    }
+    in.n_predict   = spec.max_tokens >= 0 ? spec.max_tokens : lim.n_predict_default;
+    in.sampling    = spec.sampling;
+    in.stop        = spec.stop;
+    in.speculate   = spec.speculate;
+    in.n_draft_max = spec.draft_max;
+    if (lim.n_draft_max >= 0 && (in.n_draft_max < 0 || in.n_draft_max > lim.n_draft_max)) {
+        in.n_draft_max = lim.n_draft_max;
+    }
+    return in;
+}
