@@ -43,7 +43,7 @@ class llama_loaded_model final : public model {
         if (params.greedy()) {
             return std::make_unique<greedy_sampler>();
         }
-        return std::make_unique<llama_chain_sampler>(llama_model_get_vocab(model_.get()), params);
+        return std::make_unique<llama_chain_sampler>(info_.n_vocab, params);
     }
 
   private:

@@ -6,13 +6,13 @@
 
 namespace rest {
 
-llama_chain_sampler::llama_chain_sampler(const llama_vocab * vocab, const sampler_params & p) {
+llama_chain_sampler::llama_chain_sampler(std::int32_t n_vocab, const sampler_params & p) {
     llama_sampler_chain_params cp = llama_sampler_chain_default_params();
     cp.no_perf                    = true;
     chain_.reset(llama_sampler_chain_init(cp));
     // Same order as llama.cpp's common sampler defaults: penalties, top-k, top-p, min-p, temperature, dist.
     if (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-        llama_sampler_chain_add(chain_.get(), llama_sampler_init_penalties(llama_vocab_n_tokens(vocab), p.repeat_last_n, p.repeat_penalty,
+        llama_sampler_chain_add(chain_.get(), llama_sampler_init_penalties(n_vocab, p.repeat_last_n, p.repeat_penalty,
                                                                            p.frequency_penalty, p.presence_penalty));
     }
     if (p.top_k > 0) {

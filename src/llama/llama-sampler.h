@@ -9,7 +9,8 @@ namespace rest {
 
 class llama_chain_sampler final : public token_sampler {
   public:
-    llama_chain_sampler(const llama_vocab * vocab, const sampler_params & params);
+    // n_vocab sizes the penalty sampler's state.
+    llama_chain_sampler(std::int32_t n_vocab, const sampler_params & params);
     token_id sample(std::span<const float> logits) override;
     void accept(token_id t) override;
     bool is_greedy() const override { return false; }
