@@ -80,3 +80,13 @@ TEST(draft_tree, check_integrity_names_each_violation) {
         EXPECT_NE(msg.find(b.expect), std::string::npos) << b.what << ": got '" << msg << "'";
     }
 }
+
+TEST(draft_tree, format_is_depth_first) {
+    const draft_tree  t = sample();
+    const std::string s = format_draft_tree(t, [](token_id x) { return "t" + std::to_string(x); });
+    EXPECT_EQ(s, "#0 't10' 0.800 [d]\n"
+                 "  #1 't11' 0.600 [dc]\n"
+                 "    #3 't13' 0.200 [d]\n"
+                 "#2 't12' 0.200 [c]\n"
+                 "  #4 't14' 0.100 [c]\n");
+}

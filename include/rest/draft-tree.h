@@ -16,6 +16,7 @@
 #include "rest/types.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,9 @@ struct draft_tree {
     // Returns "" when every invariant holds, else a message naming the first violation.
     std::string check_integrity() const;
 };
+
+// Renders the tree depth-first, one node per line: indentation by depth, then "#index 'piece' score [sources]"
+// (sources as d/c/h). piece(t) gives a token's display text; for CLIs (`rest index query --tree`) and debugging.
+std::string format_draft_tree(const draft_tree & tree, const std::function<std::string(token_id)> & piece);
 
 }  // namespace rest

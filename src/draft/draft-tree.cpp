@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <utility>
 
@@ -97,6 +98,29 @@ std::string draft_tree::check_integrity() const {
         }
     }
     return "";
+}
+
+std::string format_draft_tree(const draft_tree & tree, const std::function<std::string(token_id)> & piece) {
+    std::vector<std::vector<std::int32_t>> children(tree.size() + 1);  // [0]: the root's children
+    for (std::size_t i = 0; i < tree.size(); ++i) {
+        children[static_cast<std::size_t>(tree.parents[i] + 1)].push_back(static_cast<std::int32_t>(i));
+    }
+    std::string               out;
+    std::vector<std::int32_t> stack(children[0].rbegin(), children[0].rend());
+    while (!stack.empty()) {
+        const auto i = static_cast<std::size_t>(stack.back());
+        stack.pop_back();
+        char head[64];
+        std::snprintf(head, sizeof(head), "#%zu ", i);
+        out += std::string(2 * static_cast<std::size_t>(tree.depths[i] - 1), ' ') + head + "'" + piece(tree.tokens[i]) + "'";
+        char tail[64];
+        std::snprintf(tail, sizeof(tail), " %.3f [%s%s%s]\n", tree.scores[i], (tree.sources[i] & 1) ? "d" : "",
+                      (tree.sources[i] & 2) ? "c" : "", (tree.sources[i] & 4) ? "h" : "");
+        out += tail;
+        const auto & ch = children[i + 1];
+        stack.insert(stack.end(), ch.rbegin(), ch.rend());
+    }
+    return out;
 }
 
 }  // namespace rest

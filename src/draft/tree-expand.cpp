@@ -215,17 +215,21 @@ class engine {
         row_block blk;
         blk.width = static_cast<std::size_t>(p_.depth_max - nodes_[v].depth);
         const std::uint64_t d = depth0_ + static_cast<std::uint64_t>(nodes_[v].depth);
-        blk.rows.reserve(nodes_[v].count * blk.width);
+        blk.rows.assign(nodes_[v].count * blk.width, k_doc_end);
+        std::size_t row = 0;
         for (std::size_t i = 0; i < roots_.size(); ++i) {
             const index_shard & sh = *roots_[i].shard;
             const sa_range      r  = ranges_[nodes_[v].ranges_at + i];
+            // Two passes: the first touches every occurrence once with independent loads (their cache misses
+            // overlap), the second reads the rest of each row from lines that are now cached.
             for (std::uint64_t rank = r.lo; rank < r.hi; ++rank) {
+                blk.rows[(row + (rank - r.lo)) * blk.width] = sh.token_at(sh.suffix(rank) + d);
+            }
+            for (std::uint64_t rank = r.lo; rank < r.hi; ++rank, ++row) {
                 const std::uint64_t pos = sh.suffix(rank) + d;
-                bool ended = false;
-                for (std::size_t k = 0; k < blk.width; ++k) {
-                    const token_id t = ended ? k_doc_end : sh.token_at(pos + k);
-                    ended = ended || t == k_doc_end;
-                    blk.rows.push_back(t);
+                token_id *          out = blk.rows.data() + row * blk.width;
+                for (std::size_t k = 1; k < blk.width && out[k - 1] != k_doc_end; ++k) {
+                    out[k] = sh.token_at(pos + k);
                 }
             }
             out_.n_probes += r.size();

@@ -1,0 +1,17 @@
+# Draft micro-benchmarks. bench-draft-corpus builds their datastores from real code with a vocabulary GGUF:
+#   bench-draft-corpus -m ~/.cache/rest.cpp/llama.cpp-80fb11a/models/ggml-vocab-llama-spm.gguf \
+#       -o <build>/bench-data/draft /usr/include /usr/lib/python3.11 /usr/share/fpcsrc
+#   bench-draft --benchmark_counters_tabular=true
+add_executable(bench-draft bench-draft.cpp)
+target_link_libraries(bench-draft PRIVATE rest-core benchmark::benchmark)
+target_compile_definitions(bench-draft PRIVATE REST_BENCH_DEFAULT_DATA="${CMAKE_BINARY_DIR}/bench-data")
+
+add_executable(bench-draft-corpus draft-corpus.cpp)
+target_link_libraries(bench-draft-corpus PRIVATE rest-llama rest-core)
+target_link_libraries(bench-draft-corpus PRIVATE ${XXHASH_LIB})
+
+# Offline acceptance estimate (no verifier): replays recorded greedy outputs against the draft trees.
+#   rest generate -m stories260K.gguf -f tinystories-B.jsonl --field prompt --no-spec --json -n 128 > gen.jsonl
+#   bench-draft-acceptance -m stories260K.gguf --index A.idx --prompts tinystories-B.jsonl --generations gen.jsonl
+add_executable(bench-draft-acceptance draft-acceptance.cpp)
+target_link_libraries(bench-draft-acceptance PRIVATE rest-llama rest-core)
