@@ -9,6 +9,10 @@
 
 #include <unistd.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -155,6 +159,12 @@ struct build_args {
 };
 
 void run_build(const build_args & a) {
+#if defined(__GLIBC__)
+    // Tokenizer threads allocate and free multi-MB token vectors. With glibc's default, freeing one raises the
+    // mmap threshold, later ones come from thread arenas, and arenas keep their free tops (malloc_trim does not trim
+    // them): tens of MB held through the suffix sort, the build's peak. A fixed threshold returns them at once.
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     rest::llama_log_quiet();
     const auto tok = rest::load_tokenizer(a.model);
 
