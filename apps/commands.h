@@ -7,3 +7,5 @@
 void add_generate_command(CLI::App & root);
 void add_fixture_command(CLI::App & root);
 void add_index_command(CLI::App & root);
+void add_bench_command(CLI::App & root);
+void add_serve_command(CLI::App & root);

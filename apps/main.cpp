@@ -11,6 +11,8 @@ int main(int argc, char ** argv) {
     app.set_version_flag("--version", "rest.cpp 0.1.0");
     add_generate_command(app);
     add_index_command(app);
+    add_bench_command(app);
+    add_serve_command(app);
     add_fixture_command(app);
     try {
         app.parse(argc, argv);

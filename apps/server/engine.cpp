@@ -1,6 +1,5 @@
 #include "engine.h"
 
-#include "server-budget.h"
 #include "text-stream.h"
 
 #include "rest/history-store.h"
@@ -43,10 +42,10 @@ struct engine::slot {
 };
 
 engine::engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
-               rest::history_store * history, const engine_params & params, server_metrics & metrics) :
+               rest::history_store * history, rest::budget_policy * policy, const engine_params & params,
+               server_metrics & metrics) :
     model_(model), ctx_(ctx), ds_(ds), history_(history), params_(params), metrics_(metrics) {
-    policy_  = make_server_budget(params.n_draft_max);
-    decoder_ = std::make_unique<rest::decoder>(ctx_, policy_.get());
+    decoder_ = std::make_unique<rest::decoder>(ctx_, policy);
     for (std::int32_t i = 0; i < ctx_.n_slots(); ++i) {
         slots_.push_back(std::make_unique<slot>());
         slots_.back()->index = i;
@@ -113,14 +112,14 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     s.text       = text_stream(in.stop);
     s.sampler    = model_.new_sampler(in.sampling);
     s.drafter.reset();
-    const bool speculate = params_.speculate && in.speculate && in.n_draft_max != 0;
+    const bool speculate = params_.speculate && params_.n_draft_max > 0 && in.speculate && in.n_draft_max != 0;
     if (speculate) {
         rest::drafter_params dp = params_.draft;
         dp.use_datastore        = dp.use_datastore && ds_ != nullptr;
         dp.use_history          = dp.use_history && history_ != nullptr;
         s.drafter = std::make_unique<rest::drafter>(ds_, dp.use_history ? history_ : nullptr, dp);
     }
-    std::int32_t cap = params_.n_draft_max >= 0 ? params_.n_draft_max : params_.draft.n_budget_max;
+    std::int32_t cap = params_.n_draft_max;
     if (in.n_draft_max >= 0) {
         cap = std::min(cap, in.n_draft_max);
     }

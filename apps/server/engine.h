@@ -29,7 +29,7 @@ class history_store;
 
 struct engine_params {
     bool                 speculate   = true;  // false: plain decoding for every request
-    std::int32_t         n_draft_max = -1;    // cap per slot and step (-1: the budget policy's default)
+    std::int32_t         n_draft_max = 0;     // draft nodes per slot and step offered to the budget policy
     std::int32_t         queue_max   = 512;
     rest::drafter_params draft;
 };
@@ -45,7 +45,8 @@ class engine {
   public:
     // Everything passed in must outlive the engine. The context's slots are the engine's slots.
     engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
-           rest::history_store * history, const engine_params & params, server_metrics & metrics);
+           rest::history_store * history, rest::budget_policy * policy, const engine_params & params,
+           server_metrics & metrics);
     ~engine();
     engine(const engine &) = delete;
     engine & operator=(const engine &) = delete;
@@ -79,7 +80,6 @@ class engine {
     rest::history_store *                history_;
     engine_params                        params_;
     server_metrics &                     metrics_;
-    std::unique_ptr<rest::budget_policy> policy_;
     std::unique_ptr<rest::decoder>       decoder_;
     std::vector<std::unique_ptr<slot>>   slots_;  // engine thread only (busy flags also under mutex_)
 

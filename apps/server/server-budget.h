@@ -1,14 +1,20 @@
-// The one place that picks the server's draft budget policy, so switching to the cost model (issue 6) is a
-// one-line change here.
+// The one place that picks the server's draft budget policy: the measured cost model (rest/cost-model.h, the
+// table cached on disk by ../cost-cache.h) by default, or a fixed budget for comparisons.
 #pragma once
 
+#include "server-params.h"
+
 #include "rest/budget.h"
+#include "rest/llama-model.h"
 
 #include <cstdint>
 #include <memory>
 
-// The draft-node cap each slot gets per step when neither the server (--draft-max) nor the request sets one.
-inline constexpr std::int32_t k_server_draft_default = 8;
+struct server_budget {
+    std::unique_ptr<rest::budget_policy> policy;
+    std::int32_t n_cap = 0;  // draft nodes per slot and step the decoder may offer the policy
+};
 
-// n_draft_max < 0: the server's default budget; otherwise a fixed cap.
-std::unique_ptr<rest::budget_policy> make_server_budget(std::int32_t n_draft_max);
+// Measures (or loads the cached) verify cost on slot 0 of ctx, which must be idle.
+server_budget make_server_budget(const server_params & p, const rest::model & m, rest::target_model & ctx,
+                                 const rest::context_params & cp, std::int32_t n_budget_max);

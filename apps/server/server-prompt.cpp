@@ -47,9 +47,6 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
     in.sampling    = spec.sampling;
     in.stop        = spec.stop;
     in.speculate   = spec.speculate;
-    in.n_draft_max = spec.draft_max;
-    if (lim.n_draft_max >= 0 && (in.n_draft_max < 0 || in.n_draft_max > lim.n_draft_max)) {
-        in.n_draft_max = lim.n_draft_max;
-    }
+    in.n_draft_max = spec.draft_max;  // the engine caps it by the server's
     return in;
 }

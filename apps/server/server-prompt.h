@@ -12,7 +12,6 @@
 struct prompt_limits {
     std::int32_t n_ctx_slot = 0;         // positions per slot: prompt + completion must fit
     std::int32_t n_predict_default = -1;  // max_tokens when the request has none (-1: to the context end)
-    std::int32_t n_draft_max = -1;       // the server's cap (-1: none)
 };
 
 // Throws api_error (400) for a model without a chat template, an empty or too long prompt, bad token ids and

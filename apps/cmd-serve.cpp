@@ -1,0 +1,94 @@
+// `rest serve`: the OpenAI-compatible HTTP server (apps/server/).
+//
+// Signals: SIGTERM and SIGINT are blocked in every thread (the mask is set before any thread exists) and taken
+// by one watcher thread with sigtimedwait, so shutdown runs as ordinary code, not in a signal handler. The first
+// signal drains, a second cancels what is still in flight.
+#include "commands.h"
+#include "server/server.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <thread>
+
+namespace {
+
+void run_serve(const server_params & p) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write must not kill the server
+
+    server srv(p);
+    std::fprintf(stderr, "rest serve: %s, %d slots, speculation %s%s\n", p.model_path.c_str(), p.n_parallel,
+                 p.speculate ? "on" : "off", p.api_key.empty() ? "" : ", API key required");
+    // The one line on stdout: scripts and tests read the port from it (useful with --port 0).
+    std::printf("rest serve: listening on http://%s:%d\n", srv.host().c_str(), srv.port());
+    std::fflush(stdout);
+
+    std::atomic<bool> done{false};
+    std::thread       watcher([&] {
+        const timespec tick = {0, 100 * 1000 * 1000};
+        while (!done.load()) {
+            const int sig = sigtimedwait(&set, nullptr, &tick);
+            if (sig > 0) {
+                std::fprintf(stderr, "rest serve: %s received\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+                srv.request_shutdown();
+            }
+        }
+    });
+    try {
+        srv.run();
+    } catch (...) {
+        done = true;
+        watcher.join();
+        throw;
+    }
+    done = true;
+    watcher.join();
+    std::fprintf(stderr, "rest serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App & root) {
+    auto * cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with REST speculation over N slots");
+    auto   p   = std::make_shared<server_params>();
+    cmd->add_option("-m,--model", p->model_path, "GGUF model")->required();
+    cmd->add_option("--index", p->index_path, "Datastore built with `rest index build` (a file or shard directory)");
+    cmd->add_option("--alias", p->alias, "Model id reported by the API (default: the model file's stem)");
+    cmd->add_option("--host", p->host, "Address to bind (loopback by default)")->capture_default_str();
+    cmd->add_option("--port", p->port, "Port (0: any free port, printed on stdout)")->capture_default_str();
+    cmd->add_option("--api-key", p->api_key, "Require 'Authorization: Bearer KEY' (except on /health)")
+        ->envname("REST_API_KEY");
+    cmd->add_option("--np,--parallel", p->n_parallel, "Slots: requests generated concurrently in one batch")
+        ->capture_default_str();
+    cmd->add_option("-c,--ctx-size", p->n_ctx, "Context positions over all slots (0: the model's, <= 4096, per slot)")
+        ->capture_default_str();
+    cmd->add_option("-b,--batch-size", p->n_batch, "Most tokens per forward pass")->capture_default_str();
+    cmd->add_option("-t,--threads", p->n_threads, "CPU threads (0: all)")->capture_default_str();
+    cmd->add_option("--ngl,--n-gpu-layers", p->n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    cmd->add_option("--draft-max", p->n_draft_max,
+                    "Cap on draft nodes per slot and step; the cost model picks each step's budget below it (-1: 64)")
+        ->capture_default_str();
+    cmd->add_option("--draft-fixed", p->n_draft_fixed,
+                    "Verify exactly this many draft nodes per slot and step (no cost model; for comparisons)");
+    cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
+    cmd->add_option("-n,--n-predict", p->n_predict,
+                    "max_tokens for requests that give none (-1: until end of generation or context)")
+        ->capture_default_str();
+    cmd->add_option("--history-file", p->history_path,
+                    "Online store file: loaded at start when present, saved at shutdown");
+    cmd->add_option("--history-max", p->history_tokens_max, "Online store capacity in tokens")->capture_default_str();
+    cmd->add_option("--queue-max", p->queue_max, "Most requests waiting for a slot (then 503)")->capture_default_str();
+    cmd->add_option("--threads-http", p->n_threads_http, "HTTP worker threads (0: max(32, 4 x slots))")
+        ->capture_default_str();
+    cmd->add_option("--drain-timeout", p->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests")
+        ->capture_default_str();
+    cmd->add_flag("--verbose", p->verbose, "Log one line per request to stderr");
+    cmd->callback([p] { run_serve(*p); });
+}

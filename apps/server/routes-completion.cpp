@@ -1,0 +1,170 @@
+// POST /v1/completions and POST /v1/chat/completions.
+//
+// The handler validates and tokenizes on the HTTP thread (bad input never reaches the engine), submits a job and
+// then either waits for the whole result or streams Server-Sent Events as the engine releases text. While it
+// waits it polls its socket: a client that disconnects cancels the job, and the engine frees its slot before
+// its next step.
+#include "conn-probe.h"
+#include "http-util.h"
+#include "oai-response.h"
+#include "routes.h"
+
+#include <chrono>
+#include <memory>
+
+namespace {
+
+constexpr std::chrono::milliseconds k_poll{25};  // how often a waiting handler checks for a vanished client
+
+struct stream_state {
+    std::shared_ptr<job> j;
+    response_meta        meta;
+    bool                 include_usage = false;
+    int                  fd = -1;
+    bool                 opened = false;  // chat: the first chunk (role) went out
+    bool                 closed = false;  // [DONE] went out
+};
+
+std::shared_ptr<job> submit(server_state & st, const completion_spec & spec) {
+    if (st.draining.load()) {
+        throw api_error(503, "the server is shutting down", "server_error", "", "shutting_down");
+    }
+    auto j = std::make_shared<job>(prepare_job(spec, st.model.vocab(), st.limits));
+    switch (st.eng.submit(j)) {
+        case engine::submit_result::ok:
+            return j;
+        case engine::submit_result::queue_full:
+            throw api_error(503, "the server is busy: " + std::to_string(st.params.queue_max) +
+                                     " requests are waiting already; retry later",
+                            "server_error", "", "server_busy");
+        case engine::submit_result::draining:
+            break;
+    }
+    throw api_error(503, "the server is shutting down", "server_error", "", "shutting_down");
+}
+
+api_error job_error(const job_output & out) {
+    return api_error(out.error_status, out.error, out.error_status < 500 ? "invalid_request_error" : "server_error");
+}
+
+// One provider call: waits for news (or a disconnect), then writes every event it has.
+bool stream_next(server_state & st, stream_state & s, httplib::DataSink & sink) {
+    if (s.closed) {
+        sink.done();
+        return true;
+    }
+    std::string text;
+    bool        finished = false;
+    while (true) {
+        finished = s.j->wait(k_poll, text);
+        if (finished || !text.empty()) {
+            break;
+        }
+        if (peer_closed(s.fd)) {
+            s.j->cancel();
+            st.eng.wake();
+            return false;
+        }
+    }
+    std::string events;
+    if (s.meta.kind == api_kind::chat && !s.opened) {
+        events += sse_event(chunk_json(s.meta, "", nullptr, true));
+        s.opened = true;
+    }
+    if (!text.empty()) {
+        events += sse_event(chunk_json(s.meta, text, nullptr));
+    }
+    if (finished) {
+        const job_output & out = s.j->output();
+        if (out.error_status != 0) {
+            events += sse_event(error_json(job_error(out)));
+        } else {
+            events += sse_event(final_chunk_json(s.meta, out));
+            if (s.include_usage) {
+                events += sse_event(usage_chunk_json(s.meta, out));
+            }
+        }
+        events += "data: [DONE]\n\n";
+        s.closed = true;
+    }
+    if (!sink.write(events.data(), events.size())) {
+        s.j->cancel();
+        st.eng.wake();
+        return false;
+    }
+    if (s.closed) {
+        sink.done();
+    }
+    return true;
+}
+
+void handle_completion(server_state & st, const httplib::Request & req, httplib::Response & res, api_kind kind) {
+    st.metrics.on_request(kind == api_kind::chat ? "chat_completions" : "completions");
+    try {
+        const completion_spec spec = parse_completion_request(req.body, kind);
+        std::shared_ptr<job>  j    = submit(st, spec);
+
+        response_meta meta;
+        meta.kind          = kind;
+        meta.id            = new_response_id(kind);
+        meta.created       = (std::int64_t) std::time(nullptr);
+        meta.model         = st.model_id;
+        meta.return_tokens = spec.return_tokens;
+        const int fd       = find_request_socket(req.remote_addr, req.remote_port, req.local_port);
+
+        if (!spec.stream) {
+            std::string text;
+            while (!j->wait(k_poll, text)) {
+                if (peer_closed(fd)) {
+                    j->cancel();
+                    st.eng.wake();
+                    res.status = 499;  // nginx's "client closed request": nobody reads it, the log does
+                    return;
+                }
+            }
+            const job_output & out = j->output();
+            if (out.error_status != 0) {
+                throw job_error(out);
+            }
+            reply_json(res, 200, completion_json(meta, text, out));
+            return;
+        }
+
+        auto s           = std::make_shared<stream_state>();
+        s->j             = std::move(j);
+        s->meta          = meta;
+        s->include_usage = spec.include_usage;
+        s->fd            = fd;
+        res.status       = 200;
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("X-Accel-Buffering", "no");
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [&st, s](size_t, httplib::DataSink & sink) { return stream_next(st, *s, sink); },
+            [&st, s](bool success) {
+                if (!success || !s->closed) {
+                    s->j->cancel();
+                    st.eng.wake();
+                }
+            });
+    } catch (const api_error & e) {
+        reply_error(res, e);
+    }
+}
+
+}  // namespace
+
+void add_completion_routes(httplib::Server & svr, server_state & st) {
+    svr.Post("/v1/completions", [&st](const httplib::Request & req, httplib::Response & res) {
+        handle_completion(st, req, res, api_kind::completion);
+    });
+    svr.Post("/v1/chat/completions", [&st](const httplib::Request & req, httplib::Response & res) {
+        handle_completion(st, req, res, api_kind::chat);
+    });
+    for (const char * path : {"/v1/completions", "/v1/chat/completions"}) {
+        svr.Get(path, [](const httplib::Request & req, httplib::Response & res) {
+            reply_error(res, api_error(405, "use POST for " + req.path, "invalid_request_error", "",
+                                       "method_not_allowed"));
+        });
+    }
+}

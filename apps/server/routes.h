@@ -1,0 +1,12 @@
+// The HTTP routes. Completions (streamed or not) live in routes-completion.cpp; health, models, metrics and
+// the online corpus in routes-info.cpp.
+#pragma once
+
+#include "server-state.h"
+
+#include <httplib.h>
+
+// POST /v1/completions, POST /v1/chat/completions
+void add_completion_routes(httplib::Server & svr, server_state & st);
+// GET /health, GET /v1/models, GET /metrics, POST and GET /v1/corpus
+void add_info_routes(httplib::Server & svr, server_state & st);

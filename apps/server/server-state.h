@@ -1,0 +1,31 @@
+// What every HTTP route reads: the loaded model and stores, the engine, the metrics, and the server's identity.
+// Owned by `server` (server.h); routes hold a reference for the server's lifetime.
+#pragma once
+
+#include "engine.h"
+#include "metrics.h"
+#include "server-params.h"
+#include "server-prompt.h"
+
+#include "rest/datastore.h"
+#include "rest/history-store.h"
+#include "rest/llama-model.h"
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+struct server_state {
+    const server_params &   params;
+    const rest::model &     model;
+    const rest::datastore * datastore;  // may be null
+    rest::history_store &   history;
+    engine &                eng;
+    server_metrics &        metrics;
+    std::string             model_id;
+    std::int64_t            created = 0;  // unix time the server started
+    prompt_limits           limits;
+    std::atomic<bool>       draining{false};
+
+    metrics_gauges gauges() const;
+};

@@ -1,0 +1,238 @@
+#include "server.h"
+
+#include "engine.h"
+#include "http-util.h"
+#include "metrics.h"
+#include "routes.h"
+#include "server-budget.h"
+#include "server-state.h"
+
+#include "rest/datastore.h"
+#include "rest/history-store.h"
+#include "rest/llama-model.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+const char * status_code_name(int status) {
+    switch (status) {
+        case 400: return "bad_request";
+        case 401: return "invalid_api_key";
+        case 403: return "forbidden";
+        case 404: return "not_found";
+        case 405: return "method_not_allowed";
+        case 413: return "payload_too_large";
+        case 414: return "uri_too_long";
+        case 503: return "unavailable";
+        default:  return status < 500 ? "bad_request" : "internal_error";
+    }
+}
+
+}  // namespace
+
+struct server::impl {
+    server_params                        params;
+    std::unique_ptr<rest::model>         model;
+    std::unique_ptr<rest::datastore>     datastore;
+    std::unique_ptr<rest::history_store> history;
+    std::unique_ptr<rest::target_model>  ctx;
+    std::unique_ptr<rest::budget_policy> policy;
+    server_metrics                       metrics;
+    std::unique_ptr<engine>              eng;
+    std::unique_ptr<server_state>        state;
+    httplib::Server                      http;
+    int                                  port = 0;
+
+    std::mutex              mutex;
+    std::condition_variable cv;
+    int                     n_shutdown_requests = 0;
+    bool                    http_ended = false;
+
+    explicit impl(const server_params & p);
+    void setup_http();
+};
+
+server::impl::impl(const server_params & p) : params(p) {
+    if (p.n_parallel < 1) {
+        throw rest::user_error("--parallel must be at least 1, got " + std::to_string(p.n_parallel));
+    }
+    rest::llama_log_quiet();
+    model            = rest::model::load(p.model_path, p.n_gpu_layers);
+    const auto & tok = model->vocab();
+    if (!p.index_path.empty()) {
+        datastore = rest::datastore::open(p.index_path, tok.fingerprint(), tok.description());
+    }
+    rest::history_store_params hp;
+    hp.n_tokens_max = p.history_tokens_max;
+    hp.fingerprint  = tok.fingerprint();
+    history         = std::make_unique<rest::history_store>(hp);
+    if (!p.history_path.empty() && std::filesystem::exists(p.history_path)) {
+        history->load(p.history_path);
+    }
+
+    rest::context_params cp;
+    cp.n_ctx     = p.n_ctx;
+    cp.n_slots   = p.n_parallel;
+    cp.n_batch   = p.n_batch;
+    cp.n_threads = p.n_threads;
+    ctx          = model->new_context(cp);
+
+    engine_params ep;
+    server_budget budget = make_server_budget(p, *model, *ctx, cp, ep.draft.n_budget_max);
+    policy               = std::move(budget.policy);
+    ep.speculate         = p.speculate;
+    ep.n_draft_max       = budget.n_cap;
+    ep.queue_max         = p.queue_max;
+    eng = std::make_unique<engine>(*model, *ctx, datastore.get(), history.get(), policy.get(), ep, metrics);
+
+    std::string id = p.alias.empty() ? std::filesystem::path(p.model_path).stem().string() : p.alias;
+    state = std::unique_ptr<server_state>(new server_state{p, *model, datastore.get(), *history, *eng, metrics, id,
+                                                           (std::int64_t) std::time(nullptr), {}});
+    state->limits.n_ctx_slot        = ctx->n_ctx_slot();
+    state->limits.n_predict_default = p.n_predict;
+    setup_http();
+}
+
+void server::impl::setup_http() {
+    const std::size_t n_threads = params.n_threads_http > 0 ? (std::size_t) params.n_threads_http
+                                                            : (std::size_t) std::max(32, 4 * params.n_parallel);
+    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+    http.set_payload_max_length(params.body_max_bytes);
+    http.set_read_timeout(30);
+    http.set_write_timeout(30);
+
+    using handler_response = httplib::Server::HandlerResponse;
+    http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) -> handler_response {
+        if (req.path == "/health" || authorized(req, params.api_key)) {
+            return handler_response::Unhandled;
+        }
+        res.set_header("WWW-Authenticate", "Bearer");
+        reply_error(res, api_error(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                                   "invalid_request_error", "", "invalid_api_key"));
+        return handler_response::Handled;
+    });
+    // cpp-httplib calls this for every status >= 400; fill in only what it produced itself (404, 413, 400 on a
+    // malformed request line), so every error a client sees is an OpenAI-style JSON object.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request & req,
+                                                                       httplib::Response & res) -> handler_response {
+        if (!res.body.empty()) {
+            return handler_response::Unhandled;
+        }
+        std::string msg = "HTTP " + std::to_string(res.status);
+        if (res.status == 404) {
+            msg = "Not found: " + req.method + " " + req.path;
+        } else if (res.status == 413) {
+            msg = "the request body is larger than " + std::to_string(params.body_max_bytes) + " bytes";
+        } else if (res.status == 400) {
+            msg = "malformed HTTP request";
+        }
+        reply_error(res, api_error(res.status, msg, "invalid_request_error", "", status_code_name(res.status)));
+        return handler_response::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request &, httplib::Response & res, std::exception_ptr ep) {
+        std::string msg = "internal error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception & e) {
+            msg = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        reply_error(res, api_error(500, msg, "server_error", "", "internal_error"));
+    });
+    http.set_logger([this](const httplib::Request & req, const httplib::Response & res) {
+        metrics.on_status(res.status);
+        if (params.verbose) {
+            std::fprintf(stderr, "rest serve: %s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+        }
+    });
+
+    add_completion_routes(http, *state);
+    add_info_routes(http, *state);
+
+    if (params.port == 0) {
+        port = http.bind_to_any_port(params.host);
+    } else {
+        port = http.bind_to_port(params.host, params.port) ? params.port : -1;
+    }
+    if (port <= 0) {
+        throw rest::user_error("cannot listen on " + params.host + ":" + std::to_string(params.port) +
+                               " (address in use, not local, or not permitted)");
+    }
+}
+
+server::server(const server_params & params) : impl_(std::make_unique<impl>(params)) {}
+
+server::~server() {
+    impl_->eng->stop();
+}
+
+int server::port() const {
+    return impl_->port;
+}
+
+const std::string & server::host() const {
+    return impl_->params.host;
+}
+
+void server::request_shutdown() {
+    {
+        std::lock_guard<std::mutex> lock(impl_->mutex);
+        ++impl_->n_shutdown_requests;
+    }
+    impl_->cv.notify_all();
+}
+
+void server::run() {
+    impl & d = *impl_;
+    d.eng->start();
+    std::thread listener([&d] {
+        d.http.listen_after_bind();
+        std::lock_guard<std::mutex> lock(d.mutex);
+        d.http_ended = true;
+        d.cv.notify_all();
+    });
+    {
+        std::unique_lock<std::mutex> lock(d.mutex);
+        d.cv.wait(lock, [&d] { return d.n_shutdown_requests > 0 || d.http_ended; });
+    }
+
+    // Drain: refuse new work, let queued and in-flight generations finish.
+    d.state->draining = true;
+    d.eng->drain();
+    const engine_load l = d.eng->load();
+    std::fprintf(stderr, "rest serve: shutting down: %d in flight, %d queued\n", l.n_busy, l.n_queued);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds((long long) (d.params.drain_timeout_s * 1000));
+    while (true) {
+        const auto next = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+        if (d.eng->wait_idle(next)) {
+            break;
+        }
+        std::lock_guard<std::mutex> lock(d.mutex);
+        if (std::chrono::steady_clock::now() >= deadline || d.n_shutdown_requests > 1 || d.http_ended) {
+            std::fprintf(stderr, "rest serve: cancelling the requests still in flight\n");
+            break;
+        }
+    }
+    // The engine first: it finishes every job it still holds, so no HTTP handler waits forever; then the HTTP
+    // server, whose workers deliver those last responses before they join.
+    d.eng->stop();
+    d.http.stop();
+    listener.join();
+
+    if (!d.params.history_path.empty()) {
+        d.history->save(d.params.history_path);
+        std::fprintf(stderr, "rest serve: saved the online store (%llu documents, %llu tokens) to %s\n",
+                     (unsigned long long) d.history->n_documents(), (unsigned long long) d.history->n_tokens(),
+                     d.params.history_path.c_str());
+    }
+}
