@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -78,22 +80,68 @@ extern "C" void on_interrupt(int sig) {
     std::raise(sig);
 }
 
-// Redraws one status line on a terminal at most ten times a second.
+// Redraws one status line on a terminal at most ten times a second. The suffix sort reports nothing while it runs,
+// so a ticker thread redraws the last state with the phase's elapsed time.
 class progress_line {
   public:
-    explicit progress_line(bool enabled) : enabled_(enabled), t0_(clock_type::now()) {}
+    explicit progress_line(bool enabled) : enabled_(enabled), t0_(clock_type::now()) {
+        if (enabled_) {
+            ticker_ = std::thread([this] {
+                std::unique_lock<std::mutex> lock(mutex_);
+                while (!stop_) {
+                    if (cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; })) {
+                        break;
+                    }
+                    if (have_ && last_.phase == rest::build_phase::sort) {
+                        draw(last_);
+                    }
+                }
+            });
+        }
+    }
+
+    ~progress_line() {
+        if (ticker_.joinable()) {
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                stop_ = true;
+            }
+            cv_.notify_all();
+            ticker_.join();
+        }
+    }
 
     void update(const rest::build_progress & p) {
         if (!enabled_) {
             return;
         }
+        std::lock_guard<std::mutex> lock(mutex_);
         const auto now = clock_type::now();
-        if (now - last_ < std::chrono::milliseconds(100) && p.phase == last_phase_) {
+        if (!have_ || p.phase != last_.phase) {
+            t_phase_ = now;
+        } else if (now - t_draw_ < std::chrono::milliseconds(100)) {
+            last_ = p;
             return;
         }
-        last_       = now;
-        last_phase_ = p.phase;
-        const double t = seconds_since(t0_);
+        last_ = p;
+        have_ = true;
+        draw(p);
+    }
+
+    void clear() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (enabled_ && shown_) {
+            std::fprintf(stderr, "\r\033[K");
+            std::fflush(stderr);
+        }
+        have_ = false;
+    }
+
+  private:
+    // Caller holds mutex_.
+    void draw(const rest::build_progress & p) {
+        const double t     = seconds_since(t0_);
+        const double t_ph  = seconds_since(t_phase_);
         char         line[256];
         switch (p.phase) {
             case rest::build_phase::tokenize:
@@ -108,28 +156,21 @@ class progress_line {
                 }
                 break;
             case rest::build_phase::sort:
-                std::snprintf(line, sizeof(line), "sort     shard %zu (%s tokens so far) ...", p.shard,
-                              si(p.n_tokens).c_str());
+                std::snprintf(line, sizeof(line), "sort     shard %zu, %s tokens so far ... %.0f s", p.shard,
+                              si(p.n_tokens).c_str(), t_ph);
                 break;
             case rest::build_phase::write:
-                std::snprintf(line, sizeof(line), "write    %s %3.0f%% shard %zu", 
+                std::snprintf(line, sizeof(line), "write    %s %3.0f%% shard %zu",
                               bar(p.total ? double(p.done) / double(p.total) : 1.0).c_str(),
                               p.total ? 100.0 * p.done / p.total : 100.0, p.shard);
                 break;
         }
         std::fprintf(stderr, "\r\033[K%s", line);
         std::fflush(stderr);
-        shown_ = true;
+        shown_  = true;
+        t_draw_ = clock_type::now();
     }
 
-    void clear() {
-        if (enabled_ && shown_) {
-            std::fprintf(stderr, "\r\033[K");
-            std::fflush(stderr);
-        }
-    }
-
-  private:
     static std::string bar(double f) {
         const int   width = 24;
         const int   full  = static_cast<int>(std::clamp(f, 0.0, 1.0) * width);
@@ -139,11 +180,17 @@ class progress_line {
         return s + "]";
     }
 
-    bool                   enabled_;
-    bool                   shown_ = false;
-    clock_type::time_point t0_;
-    clock_type::time_point last_{};
-    rest::build_phase      last_phase_ = rest::build_phase::tokenize;
+    bool                    enabled_;
+    bool                    shown_ = false;
+    bool                    have_  = false;
+    bool                    stop_  = false;
+    clock_type::time_point  t0_;
+    clock_type::time_point  t_phase_{};
+    clock_type::time_point  t_draw_{};
+    rest::build_progress    last_;
+    std::mutex              mutex_;
+    std::condition_variable cv_;
+    std::thread             ticker_;
 };
 
 struct build_args {
@@ -343,7 +390,10 @@ void add_index_command(CLI::App & root) {
     build->add_option("--shard-tokens", b->shard_tokens,
                       "Most tokens per shard (0: a suffix array's reach); build memory is ~10 bytes x this for u16")
         ->capture_default_str();
-    build->add_option("inputs", b->inputs, "Files, directories (recursive) or - for stdin")->required();
+    build->add_option("inputs", b->inputs,
+                      "Files, directories (recursive) or - for stdin. Text files holding NUL bytes or invalid "
+                      "UTF-8 are skipped with a warning")
+        ->required();
     build->callback([b] { run_build(*b); });
 
     auto   vpath  = std::make_shared<std::string>();

@@ -19,7 +19,7 @@ namespace rest {
 
 namespace {
 
-constexpr std::size_t k_batch_bytes = 4u << 20;
+constexpr std::size_t k_batch_bytes = 2u << 20;
 
 using token_batch = std::vector<std::vector<token_id>>;
 
