@@ -53,7 +53,9 @@ void run_generate(const generate_args & a) {
     }
     std::vector<prompt_record> prompts =
         a.file.empty() ? std::vector<prompt_record>{{{a.prompt}}} : read_prompt_file(a.file, a.field);
-    session s(a.sp);
+    session_params sp = a.sp;
+    sp.speculate      = !a.no_spec;
+    session s(sp);
     const auto & tok = s.model().vocab();
 
     rest::generation_stats total;

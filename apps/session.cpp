@@ -14,8 +14,8 @@ session::session(const session_params & params) : params_(params) {
     }
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
     ctx_     = model_->new_context(params.ctx);
-    if (params.n_draft_fixed >= 0) {
-        policy_ = std::make_unique<rest::fixed_budget>(params.n_draft_fixed);
+    if (!params.speculate || params.n_draft_fixed >= 0) {
+        policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0);
     } else {
         costs_ = load_or_calibrate_costs(*model_, *ctx_, params.ctx, params.verbose);
         rest::adaptive_budget_params bp;

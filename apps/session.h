@@ -23,6 +23,7 @@ struct session_params {
     std::int32_t         n_draft_max = -1;     // cap on draft nodes per step; -1: the drafter's n_budget_max
     std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no cost model), for comparisons
     bool                 verbose = false;      // print the cost calibration to stderr
+    bool                 speculate = true;     // false: plain decoding only (no cost calibration at start-up)
 };
 
 struct run_options {

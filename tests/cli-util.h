@@ -1,0 +1,56 @@
+// Running the built `rest` binary from tests: exit code, signal, stdout and stderr.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace rest_test {
+
+struct cli_result {
+    int         code     = -1;
+    bool        signaled = false;
+    std::string out, err;
+
+    // A clean user-facing failure: exit 1..127, no signal, exactly one line on stderr.
+    bool one_line_error() const {
+        const size_t nl = err.find('\n');
+        return !signaled && code > 0 && code < 128 && !err.empty() && (nl == std::string::npos || nl + 1 == err.size());
+    }
+};
+
+inline std::string shell_quote(const std::string & s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+inline std::string slurp(const std::string & path) {
+    std::ifstream     in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// Runs `bin args` (args already shell-quoted as needed) with stdout/stderr captured in files under dir.
+inline cli_result run_cli(const std::string & bin, const std::string & args, const std::string & dir) {
+    const std::string out = dir + "/stdout", err = dir + "/stderr";
+    const std::string cmd = shell_quote(bin) + " " + args + " </dev/null >" + shell_quote(out) + " 2>" + shell_quote(err);
+    const int status = std::system(cmd.c_str());
+    cli_result r;
+    if (WIFEXITED(status)) {
+        r.code = WEXITSTATUS(status);
+        // sh reports a child killed by a signal as 128 + signal
+        r.signaled = r.code >= 128;
+    } else {
+        r.signaled = true;
+    }
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+}  // namespace rest_test
