@@ -3,3 +3,8 @@ rest_add_test(test-llama-verify SOURCES test-llama-verify.cpp LIBS rest-llama LA
 rest_add_test(test-llama-sampling SOURCES test-llama-sampling.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-llama-rest-e2e SOURCES test-llama-rest-e2e.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-cli-generate SOURCES test-cli-generate.cpp LIBS rest-llama LABELS cli)
+
+# -DRESTCPP_LLAMA_DIR with a plain llama.cpp checkout (the cached pinned clone): configure, build, generate.
+add_test(NAME test-llama-dir-build COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/llama-dir-build.sh
+         ${PROJECT_SOURCE_DIR} ${RESTCPP_LLAMA_SOURCE} ${CMAKE_BINARY_DIR}/test-tmp)
+set_tests_properties(test-llama-dir-build PROPERTIES LABELS "build;slow" TIMEOUT 1800)
