@@ -194,6 +194,7 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
         p.weight_history    = (round % 4 == 3) ? 0.8 : 1.0;
         p.n_context_occ_max = (round % 5 == 0) ? 3 : 256;
         p.scan_max          = (round % 2) ? 0 : 64;
+        p.cache_min         = (round % 3 == 0) ? 0 : 256;  // 0: every selection goes through the cache
         p.n_probe_max       = UINT64_MAX;
         drafter dr(&ds, &hist, p);
 

@@ -176,5 +176,5 @@ TEST(draft_expand, empty_inputs) {
     EXPECT_TRUE(expand_rows({}, 4, ep).nodes.empty());
     EXPECT_TRUE(expand_sa({}, 0, ep).nodes.empty());
     ep.n_top = 0;
-    EXPECT_TRUE(expand_rows({1, 2}, 2, ep).nodes.empty());
+    EXPECT_TRUE(expand_rows(std::vector<token_id>{1, 2}, 2, ep).nodes.empty());
 }

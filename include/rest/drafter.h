@@ -41,7 +41,8 @@ struct drafter_params {
     double weight_history   = 1.0;  // in (0, 1]
 
     // Cost limits (they never make a count inexact; they can only make a selection miss small nodes).
-    std::uint64_t scan_max          = 64;       // matches with at most this many occurrences are read in full
+    std::uint64_t scan_max          = 64;       // nodes with at most this many occurrences are read in full
+    std::uint64_t cache_min         = 256;      // selections under matches with more occurrences are cached
     std::uint64_t n_probe_max       = 1 << 14;  // suffix-array probes per source and step for children discovery
     std::size_t   n_context_occ_max = 256;      // most recent context occurrences kept for the context trie
 };

@@ -4,13 +4,18 @@
 
 namespace rest {
 
-context_matcher::context_matcher(int n_min, int n_max, std::size_t n_occ_max) :
-    n_min_(std::max(n_min, 1)), n_max_(std::max(n_max, std::max(n_min, 1))), n_occ_max_(std::max<std::size_t>(n_occ_max, 1)) {}
+context_matcher::context_matcher(int n_min, int n_max, std::size_t n_occ_max, bool index) :
+    n_min_(std::max(n_min, 1)),
+    n_max_(std::max(n_max, std::max(n_min, 1))),
+    n_occ_max_(std::max<std::size_t>(n_occ_max, 1)),
+    index_(index) {}
 
 void context_matcher::reset(std::span<const token_id> tokens) {
     ctx_.clear();
-    by_min_.clear();
-    by_max_.clear();
+    head_min_.clear();
+    head_max_.clear();
+    prev_min_.clear();
+    prev_max_.clear();
     n_indexed_ = 0;
     n_seen_    = 0;
     len_       = 0;
@@ -29,16 +34,30 @@ std::uint64_t context_matcher::hash_ending_at(std::size_t p, int n) const {
 }
 
 void context_matcher::index_position(std::size_t p) {
+    const auto pos = static_cast<std::int32_t>(p);
+    prev_min_.push_back(-1);
+    prev_max_.push_back(-1);
     if (p + 1 >= static_cast<std::size_t>(n_min_)) {
-        by_min_[hash_ending_at(p, n_min_)].push_back(static_cast<std::int32_t>(p));
+        auto [it, fresh] = head_min_.try_emplace(hash_ending_at(p, n_min_), pos);
+        if (!fresh) {
+            prev_min_[p] = it->second;
+            it->second   = pos;
+        }
     }
     if (n_max_ > n_min_ && p + 1 >= static_cast<std::size_t>(n_max_)) {
-        by_max_[hash_ending_at(p, n_max_)].push_back(static_cast<std::int32_t>(p));
+        auto [it, fresh] = head_max_.try_emplace(hash_ending_at(p, n_max_), pos);
+        if (!fresh) {
+            prev_max_[p] = it->second;
+            it->second   = pos;
+        }
     }
 }
 
 void context_matcher::append(std::span<const token_id> tokens) {
     ctx_.insert(ctx_.end(), tokens.begin(), tokens.end());
+    if (!index_) {
+        return;
+    }
     for (; n_indexed_ < ctx_.size(); ++n_indexed_) {
         index_position(n_indexed_);
     }
@@ -46,7 +65,7 @@ void context_matcher::append(std::span<const token_id> tokens) {
 
 void context_matcher::update() {
     const std::size_t n = ctx_.size();
-    if (n_seen_ == n) {
+    if (n_seen_ == n || !index_) {
         return;
     }
     // Extension: an occurrence of the last len+1 tokens ends one past an occurrence of the previous last len
@@ -90,14 +109,13 @@ void context_matcher::search() {
         }
         return true;
     };
+    // Chains run from the latest position down; found is reversed to ascending order at the end.
     std::vector<std::int32_t> found;
     if (n_max_ > n_min_ && n >= static_cast<std::size_t>(n_max_) + 1) {
-        const auto it = by_max_.find(hash_ending_at(n - 1, n_max_));
-        if (it != by_max_.end()) {
-            for (const std::int32_t p : it->second) {
-                if (static_cast<std::size_t>(p) + 2 <= n && same_suffix(static_cast<std::size_t>(p), n_max_)) {
-                    found.push_back(p);
-                }
+        const auto it = head_max_.find(hash_ending_at(n - 1, n_max_));
+        for (std::int32_t p = it == head_max_.end() ? -1 : it->second; p >= 0; p = prev_max_[static_cast<std::size_t>(p)]) {
+            if (static_cast<std::size_t>(p) + 2 <= n && same_suffix(static_cast<std::size_t>(p), n_max_)) {
+                found.push_back(p);
             }
         }
         if (!found.empty()) {
@@ -105,11 +123,8 @@ void context_matcher::search() {
         }
     }
     if (found.empty()) {
-        const auto it = by_min_.find(hash_ending_at(n - 1, n_min_));
-        if (it == by_min_.end()) {
-            return;
-        }
-        for (const std::int32_t p : it->second) {
+        const auto it = head_min_.find(hash_ending_at(n - 1, n_min_));
+        for (std::int32_t p = it == head_min_.end() ? -1 : it->second; p >= 0; p = prev_min_[static_cast<std::size_t>(p)]) {
             if (static_cast<std::size_t>(p) + 2 > n) {
                 continue;
             }
@@ -129,16 +144,16 @@ void context_matcher::search() {
             found.push_back(p);
         }
     }
-    // Buckets are in ascending position order, so the most recent occurrences are at the back.
-    if (found.size() > n_occ_max_) {
+    if (found.size() > n_occ_max_) {  // keep the most recent
         truncated_ = true;
-        found.erase(found.begin(), found.end() - static_cast<std::ptrdiff_t>(n_occ_max_));
+        found.resize(n_occ_max_);
     }
+    std::reverse(found.begin(), found.end());
     occ_.swap(found);
 }
 
-std::vector<token_id> context_matcher::continuation_rows(std::size_t width) const {
-    std::vector<token_id> rows;
+void context_matcher::continuation_rows(std::size_t width, std::vector<token_id> & rows) const {
+    rows.clear();
     rows.reserve(occ_.size() * width);
     const std::size_t n = ctx_.size();
     for (const std::int32_t p : occ_) {
@@ -147,7 +162,6 @@ std::vector<token_id> context_matcher::continuation_rows(std::size_t width) cons
             rows.push_back(pos < n ? ctx_[pos] : k_doc_end);
         }
     }
-    return rows;
 }
 
 }  // namespace rest

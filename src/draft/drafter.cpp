@@ -1,6 +1,7 @@
 #include "rest/drafter.h"
 
 #include "context-matcher.h"
+#include "expand-cache.h"
 #include "sa-search.h"
 #include "tree-expand.h"
 #include "tree-merge.h"
@@ -55,6 +56,23 @@ struct sa_source {
     }
 };
 
+const cand_tree & expand_cached(tree_expander & x, expand_cache & cache, std::span<const sa_root> roots,
+                                std::uint32_t depth0, const expand_params & ep, std::uint64_t cache_min) {
+    std::uint64_t count = 0;
+    for (const sa_root & r : roots) {
+        count += r.range.size();
+    }
+    if (count <= cache_min) {
+        return x.expand_sa(roots, depth0, ep);
+    }
+    if (const cand_tree * hit = cache.find(roots, depth0, ep.n_top)) {
+        return *hit;
+    }
+    const cand_tree & t = x.expand_sa(roots, depth0, ep);
+    cache.put(roots, depth0, ep.n_top, t);
+    return t;
+}
+
 }  // namespace
 
 struct drafter::impl {
@@ -69,10 +87,13 @@ struct drafter::impl {
     std::shared_ptr<const history_snapshot> hsnap;
     sa_source                               hist_src;
     std::vector<sa_root>                    roots;
+    tree_expander                           x_ds, x_ctx, x_hist;
+    expand_cache                            cache_ds, cache_hist;  // for matches with > cache_min occurrences
+    std::vector<token_id>                   rows;
     draft_stats                             last;
 
     impl(const datastore * d, history_store * h, const drafter_params & params) :
-        ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max) {}
+        ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max, params.use_context) {}
 };
 
 drafter::drafter(const datastore * ds, history_store * history, drafter_params params) {
@@ -102,6 +123,7 @@ void drafter::reset(std::span<const token_id> prompt) {
     d.ds_src.reset(d.ds ? d.ds->shards() : std::span<const index_shard>{});
     d.hsnap = d.history ? d.history->snapshot() : nullptr;
     d.hist_src.reset(d.hsnap ? std::span<const index_shard>(d.hsnap->shards) : std::span<const index_shard>{});
+    d.cache_hist.clear();  // a new snapshot: its ranges mean other things (the datastore's cache stays valid)
     d.last = draft_stats{};
 }
 
@@ -122,18 +144,20 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
     ep.scan_max    = d.p.scan_max;
     ep.n_probe_max = d.p.n_probe_max;
 
-    cand_tree t_ds, t_ctx, t_hist;
-    double    t_match = 0;
+    const cand_tree * t_ds   = &d.x_ds.none();
+    const cand_tree * t_ctx  = &d.x_ctx.none();
+    const cand_tree * t_hist = &d.x_hist.none();
+    double            t_match = 0;
     if (d.p.use_datastore && d.ds) {
         const auto tm = clock_type::now();
         const int  m  = d.ds_src.update(context, d.p, d.roots, counters);
         t_match += us_since(tm);
         if (m > 0) {
             ep.weight = d.p.weight_datastore;
-            t_ds      = expand_sa(d.roots, static_cast<std::uint32_t>(m), ep);
+            t_ds      = &expand_cached(d.x_ds, d.cache_ds, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
         }
         st.match_len_datastore   = m;
-        st.match_count_datastore = t_ds.root_count;
+        st.match_count_datastore = t_ds->root_count;
     }
     if (d.p.use_context) {
         const auto tm = clock_type::now();
@@ -141,10 +165,11 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         t_match += us_since(tm);
         if (d.ctx.match_len() >= d.p.n_match_min) {
             const auto w = static_cast<std::size_t>(d.p.depth_max);
-            ep.weight    = d.p.weight_context;
-            t_ctx        = expand_rows(d.ctx.continuation_rows(w), w, ep);
+            d.ctx.continuation_rows(w, d.rows);
+            ep.weight              = d.p.weight_context;
+            t_ctx                  = &d.x_ctx.expand_rows(d.rows, w, ep);
             st.match_len_context   = d.ctx.match_len();
-            st.match_count_context = t_ctx.root_count;
+            st.match_count_context = t_ctx->root_count;
         }
     }
     if (d.p.use_history && d.hsnap) {
@@ -153,16 +178,16 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         t_match += us_since(tm);
         if (m > 0) {
             ep.weight = d.p.weight_history;
-            t_hist    = expand_sa(d.roots, static_cast<std::uint32_t>(m), ep);
+            t_hist    = &expand_cached(d.x_hist, d.cache_hist, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
         }
         st.match_len_history   = m;
-        st.match_count_history = t_hist.root_count;
+        st.match_count_history = t_hist->root_count;
     }
 
     const weighted_source srcs[] = {
-        {&t_ds, draft_source::datastore},
-        {&t_ctx, draft_source::context},
-        {&t_hist, draft_source::history},
+        {t_ds, draft_source::datastore},
+        {t_ctx, draft_source::context},
+        {t_hist, draft_source::history},
     };
     draft_tree tree = merge_trees(srcs, ep.n_top);
 
@@ -171,8 +196,8 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         st.n_nodes_context += (m & static_cast<std::uint8_t>(draft_source::context)) != 0;
         st.n_nodes_history += (m & static_cast<std::uint8_t>(draft_source::history)) != 0;
     }
-    st.n_probes    = t_ds.n_probes + t_hist.n_probes;
-    st.cut         = t_ds.cut || t_hist.cut;
+    st.n_probes    = t_ds->n_probes + t_hist->n_probes;
+    st.cut         = t_ds->cut || t_hist->cut;
     st.n_extend    = counters.n_extend;
     st.n_find      = counters.n_find;
     st.t_draft_us  = us_since(t0);

@@ -15,14 +15,16 @@
 // gives its exact bounds), and the longest stretch between known runs bounds the count of any child not yet seen.
 // That bound enters the best-first queue as a placeholder; when it reaches the top, the stride halves inside the
 // gaps. So a huge range is never scanned: work is proportional to range / (count of the n_top-th best node).
-// Nodes with few occurrences are read in full instead (one random access per occurrence gives its whole
-// continuation) and expanded from those rows.
+// Nodes with few occurrences (scan_max) are read in full instead: one random access per occurrence gives its whole
+// continuation, the accesses are independent (their cache misses overlap), and within one shard the rows come out
+// already sorted (suffix-array order), so every descendant is a contiguous row span at no further cost.
 #pragma once
 
 #include "rest/index-shard.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -64,11 +66,33 @@ struct sa_root {
     sa_range            range;
 };
 
-// Selects from the continuations of a match of `depth0` tokens occurring in the given shard ranges (counts summed).
-cand_tree expand_sa(std::span<const sa_root> roots, std::uint32_t depth0, const expand_params & p);
+// Reusable selection state: keeps its buffers between calls, so a drafter step allocates (almost) nothing.
+// Not thread-safe; one per source per drafter.
+class tree_expander {
+  public:
+    tree_expander();
+    ~tree_expander();
+    tree_expander(tree_expander &&) noexcept;
+    tree_expander & operator=(tree_expander &&) noexcept;
 
-// Selects from explicit continuations: `rows` holds one continuation per occurrence, `width` tokens each, padded
-// with k_doc_end after its end. Rows need not be sorted.
-cand_tree expand_rows(std::vector<token_id> rows, std::size_t width, const expand_params & p);
+    // Selects from the continuations of a match of `depth0` tokens occurring in the given shard ranges (counts
+    // summed over shards). The result stays valid until the next call on this expander.
+    const cand_tree & expand_sa(std::span<const sa_root> roots, std::uint32_t depth0, const expand_params & p);
+
+    // Selects from explicit continuations: `rows` holds one continuation per occurrence, `width` tokens each,
+    // padded with k_doc_end after its end. Rows need not be sorted.
+    const cand_tree & expand_rows(std::span<const token_id> rows, std::size_t width, const expand_params & p);
+
+    // An empty result (a source that did not match), valid until the next call.
+    const cand_tree & none();
+
+  private:
+    struct impl;
+    std::unique_ptr<impl> impl_;
+};
+
+// One-shot conveniences (tests).
+cand_tree expand_sa(std::span<const sa_root> roots, std::uint32_t depth0, const expand_params & p);
+cand_tree expand_rows(std::span<const token_id> rows, std::size_t width, const expand_params & p);
 
 }  // namespace rest

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <unordered_map>
 
 namespace rest {
 
@@ -19,9 +18,39 @@ struct mnode {
 }  // namespace
 
 draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
-    std::vector<mnode>                             nodes;
-    std::unordered_map<std::uint64_t, std::int32_t> index;  // (parent + 1, token) -> node
-    std::vector<std::int32_t>                      map;     // source node -> merged node
+    std::size_t n_in = 0;
+    for (const weighted_source & src : sources) {
+        n_in += src.tree ? src.tree->nodes.size() : 0;
+    }
+    std::vector<mnode> nodes;
+    nodes.reserve(n_in);
+    // (parent + 1, token) -> node: open addressing over a power of two at least twice the inputs.
+    std::size_t cap = 16;
+    while (cap < 2 * n_in) {
+        cap *= 2;
+    }
+    std::vector<std::uint64_t> keys(cap, UINT64_MAX);
+    std::vector<std::int32_t>  vals(cap, -1);
+    auto find_or_add = [&](std::uint64_t key, const cand_node & c, std::int32_t parent) {
+        std::size_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
+        for (;; ++h) {
+            const std::size_t i = h & (cap - 1);
+            if (keys[i] == key) {
+                return vals[i];
+            }
+            if (keys[i] == UINT64_MAX) {
+                keys[i] = key;
+                vals[i] = static_cast<std::int32_t>(nodes.size());
+                mnode m;
+                m.token  = c.token;
+                m.parent = parent;
+                m.depth  = c.depth;
+                nodes.push_back(m);
+                return vals[i];
+            }
+        }
+    };
+    std::vector<std::int32_t> map;  // source node -> merged node
     for (const weighted_source & src : sources) {
         if (!src.tree) {
             continue;
@@ -31,18 +60,11 @@ draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
             const cand_node &  c      = src.tree->nodes[i];
             const std::int32_t parent = c.parent < 0 ? -1 : map[static_cast<std::size_t>(c.parent)];
             const std::uint64_t key   = (static_cast<std::uint64_t>(parent + 1) << 32) | static_cast<std::uint32_t>(c.token);
-            auto [it, fresh]          = index.try_emplace(key, static_cast<std::int32_t>(nodes.size()));
-            if (fresh) {
-                mnode m;
-                m.token  = c.token;
-                m.parent = parent;
-                m.depth  = c.depth;
-                nodes.push_back(m);
-            }
-            mnode & m = nodes[static_cast<std::size_t>(it->second)];
-            m.score   = std::max(m.score, c.score);
+            const std::int32_t  idx   = find_or_add(key, c, parent);
+            mnode &             m     = nodes[static_cast<std::size_t>(idx)];
+            m.score                   = std::max(m.score, c.score);
             m.mask |= static_cast<std::uint8_t>(src.source);
-            map[i] = it->second;
+            map[i] = idx;
         }
     }
 
@@ -70,7 +92,12 @@ draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
 
     // The order puts parents first (a parent's score is at least its child's, and ties go to the shallower), so
     // the kept prefix is ancestor-closed and parents are already placed when their children arrive.
-    draft_tree                tree;
+    draft_tree tree;
+    tree.tokens.reserve(order.size());
+    tree.parents.reserve(order.size());
+    tree.depths.reserve(order.size());
+    tree.scores.reserve(order.size());
+    tree.sources.reserve(order.size());
     std::vector<std::int32_t> out(nodes.size(), -1);
     for (const std::int32_t i : order) {
         const mnode & m = nodes[static_cast<std::size_t>(i)];
