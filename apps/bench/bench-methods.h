@@ -1,0 +1,66 @@
+// The decoding methods `rest bench` compares, all on one loaded model and one context (llama-plain aside, which
+// is llama.cpp's own loop on its own context).
+//
+//   plain              sequential decoding through rest's decoder (the baseline every speedup divides)
+//   llama-plain        llama.cpp's own plain loop (the honest-baseline check: rest's plain must not be slow)
+//   rest               datastore + context + past outputs, automatic budget (the cost model)
+//   rest-datastore     the datastore alone;  rest-context: the context alone;  rest-history: past outputs alone
+//   <rest method>@N    the same with a fixed budget of N draft nodes every step (REST-style; for comparisons)
+//   ngram-cache        llama-lookup's drafter: static cache from the datastore's corpus + context cache
+//   ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v: llama.cpp's common_speculative types (server defaults)
+//
+// Every method except llama-plain is verified by rest's verifier, so llama.cpp's drafters are measured with the
+// same verification cost as rest's own. Each rest method has its own budget policy and its own history store:
+// no method sees another's outputs, and a method's history holds only earlier prompts.
+#pragma once
+
+#include "../session.h"
+#include "llama-baselines.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct method_spec {
+    enum class kind { plain, llama_plain, rest, llama_drafter };
+    std::string  name;
+    kind         type = kind::plain;
+    bool         use_datastore = false;
+    bool         use_context = false;
+    bool         use_history = false;
+    std::int32_t n_fixed = -1;  // rest: >= 0 verifies exactly this many nodes per step
+};
+
+// Parses "plain,rest,rest@8,ngram-cache,...". Throws rest::user_error naming an unknown method.
+std::vector<method_spec> parse_methods(const std::string & list);
+
+struct method_config {
+    rest::drafter_params draft;            // rest's drafter settings
+    std::int32_t         n_draft_max = -1; // rest: cap on nodes per step (-1: draft.n_budget_max)
+    std::int32_t         n_llama_draft_max = 64;  // llama.cpp drafters: most draft tokens per step
+    ngram_params         ngram;
+    std::string          model_path;       // for llama-plain
+    std::int32_t         n_batch = 512;
+    std::int32_t         n_threads = 0;
+};
+
+struct method_run {
+    std::vector<rest::token_id> tokens;
+    rest::generation_stats      stats;
+    std::string                 stop;
+};
+
+class method_runner {
+  public:
+    virtual ~method_runner() = default;
+    virtual method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
+                           const rest::sampler_params & sampling) = 0;
+};
+
+// static_cache is needed by ngram-cache only (may be null otherwise).
+std::unique_ptr<method_runner> make_runner(const method_spec & spec, session & s, const method_config & cfg,
+                                           const ngram_static_cache * static_cache);
+
+}  // namespace bench

@@ -1,0 +1,63 @@
+// Summaries of a `rest bench` run and the files it writes: results.json, results.md and the small TSV tables
+// bench/plot.sh turns into PNGs (speedup.tsv, accept.tsv, cost.tsv).
+#pragma once
+
+#include "bench-methods.h"
+
+#include "rest/cost-model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct bench_case {
+    std::int32_t prompt = 0;   // record index in the prompt file
+    std::int32_t turn = 0;     // 0-based turn (MT-Bench: 1 is the second turn)
+    std::int32_t n_prompt = 0; // prompt tokens
+};
+
+// cells[case][method]; `ran` is false when the case was skipped for every method (e.g. the prompt does not fit).
+struct bench_cell {
+    bool       ran = false;
+    method_run run;
+};
+
+struct method_summary {
+    std::string name;
+    std::int64_t n_cases = 0;
+    std::int64_t n_tokens = 0, n_forward = 0, n_steps = 0, n_drafted = 0, n_accepted = 0;
+    double M = 0;               // sum tokens / sum forward passes, prompt chunks included
+    double M_prompt_mean = 0;   // mean over cases of per-case M (llama-lookup's reports use this)
+    double ms_per_token = 0;    // median over cases of decode-phase ms per token
+    double ms_per_token_total = 0;  // sum decode time / sum tokens
+    double speedup_median = 0;  // median over cases of plain ms/token over this method's
+    double speedup_p25 = 0, speedup_p75 = 0, speedup_min = 0, speedup_max = 0;
+    double speedup_total = 0;   // sum plain decode time / sum of this method's (same cases)
+    double t_draft_ms_per_step = 0;
+    double accepted_per_step = 0;
+    std::int64_t n_equal = 0;   // cases whose output equals plain's token for token
+    std::int64_t n_compared = 0;
+    std::vector<std::int64_t> accept_hist;
+    std::vector<std::int64_t> budget_hist;
+    std::vector<double>       speedups;  // per case (NaN where not compared)
+    std::vector<std::int32_t> first_diff;  // per case: first differing token index, -1 when equal
+};
+
+// reference: index of the baseline method (plain), or -1 (then speedups and equality are not computed).
+std::vector<method_summary> summarize(const std::vector<method_spec> & methods, const std::vector<bench_case> & cases,
+                                      const std::vector<std::vector<bench_cell>> & cells, int reference);
+
+std::string markdown_table(const std::vector<method_summary> & sums, const nlohmann::json & meta);
+
+nlohmann::json results_json(const std::vector<method_summary> & sums, const std::vector<method_spec> & methods,
+                            const std::vector<bench_case> & cases, const std::vector<std::vector<bench_cell>> & cells,
+                            const rest::cost_table & costs, const nlohmann::json & meta);
+
+// Writes speedup.tsv, accept.tsv and cost.tsv under dir.
+void write_plot_tables(const std::string & dir, const std::vector<method_summary> & sums,
+                       const rest::cost_table & costs);
+
+}  // namespace bench
