@@ -1,0 +1,15 @@
+# `rest serve` (apps/server/): unit tests of its pure parts, HTTP integration tests against the real binary, a
+# real OpenAI client (npm `openai`, skipped without npm), and a bounded load test (skipped without python3).
+rest_add_test(test-server-unit SOURCES test-server-unit.cpp LIBS rest-server LABELS server TIMEOUT 60)
+rest_add_test(test-server-api SOURCES test-server-api.cpp LIBS rest-server LABELS server TIMEOUT 240)
+rest_add_test(test-server-lifecycle SOURCES test-server-lifecycle.cpp LIBS rest-server LABELS server TIMEOUT 240)
+add_dependencies(test-server-api rest-cli)
+add_dependencies(test-server-lifecycle rest-cli)
+
+set(_rest_server_env "REST_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data;REST_BIN=${CMAKE_BINARY_DIR}/bin;REST_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp")
+add_test(NAME test-server-openai-client COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai-client/run.sh)
+set_tests_properties(test-server-openai-client PROPERTIES LABELS server TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${_rest_server_env}")
+add_test(NAME test-server-load COMMAND ${PROJECT_SOURCE_DIR}/bench/server-load.sh --requests 300 --concurrency 16)
+set_tests_properties(test-server-load PROPERTIES LABELS server TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${_rest_server_env}")

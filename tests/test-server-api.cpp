@@ -1,0 +1,505 @@
+// `rest serve` over HTTP: one server (4 slots, API key, fixed 8-node drafts so every step verifies a tree) on a
+// fixture model with a chat template (phi-3 vocabulary). Greedy output must equal `rest generate --no-spec`
+// token for token on every endpoint, streamed or not, alone or batched with other requests.
+#include "test-server-util.h"
+
+#include "rest/llama-model.h"
+
+#include <atomic>
+#include <memory>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+using json = nlohmann::json;
+using namespace rest_test;
+
+namespace {
+
+const char * k_key = "test-key-123";
+
+rest::fixture_params model_params() {
+    rest::fixture_params p;
+    p.vocab = "phi-3";  // carries tokenizer.chat_template (llama.cpp renders it as "phi3")
+    return p;
+}
+
+class ServerApi : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        model_path_ = fixture_model(model_params());
+        model_      = rest::model::load(model_path_).release();
+        srv_        = new server_process();
+        start_error_ = srv_->start({"-m", model_path_, "-c", "1024", "--np", "4", "-t", "1", "--draft-fixed", "8",
+                                    "--api-key", k_key},
+                                   tmp_dir() + "/server-api.log");
+    }
+    static void TearDownTestSuite() {
+        if (start_error_.empty()) {
+            srv_->signal(SIGTERM);
+            EXPECT_EQ(srv_->wait_exit(60), 0) << srv_->log_tail();
+        }
+        delete srv_;
+        delete model_;
+    }
+    void SetUp() override { ASSERT_EQ(start_error_, "") << "server did not start"; }
+
+    static client api() { return client(srv_->port(), k_key); }
+
+    // What the server must return as text for these tokens: their pieces, without end-of-generation tokens.
+    static std::string text_of(const std::vector<int> & tokens) {
+        std::string s;
+        for (int t : tokens) {
+            if (!model_->is_eog(t)) {
+                s += model_->vocab().piece(t);
+            }
+        }
+        return s;
+    }
+
+    static std::string              model_path_;
+    static rest::model *            model_;
+    static server_process *         srv_;
+    static std::string              start_error_;
+};
+
+std::string      ServerApi::model_path_;
+rest::model *    ServerApi::model_ = nullptr;
+server_process * ServerApi::srv_   = nullptr;
+std::string      ServerApi::start_error_;
+
+std::vector<int> tokens_of(const json & j) {
+    return j.get<std::vector<int>>();
+}
+
+json completion_body(const std::string & prompt, int max_tokens, bool stream = false) {
+    return json{{"model", "any"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                {"stream", stream}, {"return_tokens", true}};
+}
+
+// Concatenated text of a completion or chat stream.
+std::string joined_text(const sse_reply & r, bool chat) {
+    std::string s;
+    for (const auto & ev : r.events) {
+        if (!ev.contains("choices") || ev["choices"].empty()) {
+            continue;
+        }
+        const json & c = ev["choices"][0];
+        if (chat) {
+            if (c["delta"].contains("content")) {
+                s += c["delta"]["content"].get<std::string>();
+            }
+        } else {
+            s += c["text"].get<std::string>();
+        }
+    }
+    return s;
+}
+
+double metric_value(const std::string & text, const std::string & series) {
+    const size_t pos = text.find("\n" + series + " ");
+    if (pos == std::string::npos) {
+        return -1;
+    }
+    return std::atof(text.c_str() + pos + 1 + series.size() + 1);
+}
+
+const std::vector<std::string> k_prompts = {"Hello world", "Once upon a time", "The quick brown fox jumps",
+                                            "1 2 3 4 5 6 7 8 9", "def main():\n    print("};
+
+}  // namespace
+
+TEST_F(ServerApi, HealthAndModels) {
+    const http_reply h = client(srv_->port()).get("/health");  // no key needed
+    ASSERT_EQ(h.status, 200) << h.body;
+    EXPECT_EQ(h.json["status"], "ok");
+    EXPECT_EQ(h.json["slots_total"], 4);
+    EXPECT_NE(srv_->first_line().find("http://127.0.0.1:"), std::string::npos) << srv_->first_line();
+
+    const http_reply m = api().get("/v1/models");
+    ASSERT_EQ(m.status, 200) << m.body;
+    EXPECT_EQ(m.json["object"], "list");
+    ASSERT_EQ(m.json["data"].size(), 1u);
+    EXPECT_EQ(m.json["data"][0]["object"], "model");
+    EXPECT_EQ(m.json["data"][0]["id"], std::filesystem::path(model_path_).stem().string());
+}
+
+TEST_F(ServerApi, ApiKeyIsRequired) {
+    for (const std::string & key : std::vector<std::string>{"", "wrong-key", std::string(k_key) + "x"}) {
+        const client c(srv_->port(), key);
+        for (const auto & [method, path] : std::vector<std::pair<std::string, std::string>>{
+                 {"GET", "/v1/models"}, {"GET", "/metrics"}, {"POST", "/v1/completions"},
+                 {"POST", "/v1/chat/completions"}, {"GET", "/v1/corpus"}, {"POST", "/v1/corpus"}}) {
+            const http_reply r = method == "GET" ? c.get(path) : c.post(path, completion_body("hi", 2));
+            EXPECT_EQ(r.status, 401) << method << " " << path << " key '" << key << "': " << r.body;
+            EXPECT_EQ(r.json["error"]["code"], "invalid_api_key") << r.body;
+        }
+    }
+}
+
+TEST_F(ServerApi, CompletionsEqualGenerateNoSpec) {
+    const int  n   = 40;
+    const auto ref = generate_no_spec(model_path_, k_prompts, n, "api-completions");
+    ASSERT_EQ(ref.size(), k_prompts.size());
+    for (size_t i = 0; i < k_prompts.size(); ++i) {
+        const http_reply r = api().post("/v1/completions", completion_body(k_prompts[i], n));
+        ASSERT_EQ(r.status, 200) << r.body;
+        const auto want = tokens_of(ref[i]["tokens"]);
+        const auto got  = tokens_of(r.json["rest"]["tokens"]);
+        EXPECT_EQ(first_diff(got, want), -1) << "prompt " << i << ": first differing token index";
+        EXPECT_EQ(r.json["choices"][0]["text"], text_of(want)) << "prompt " << i;
+        EXPECT_EQ(r.json["object"], "text_completion");
+        EXPECT_EQ(r.json["usage"]["prompt_tokens"], ref[i]["n_prompt"]);
+        EXPECT_EQ(r.json["usage"]["completion_tokens"], want.size());
+        EXPECT_EQ(r.json["usage"]["total_tokens"], ref[i]["n_prompt"].get<int>() + (int) want.size());
+        EXPECT_EQ(r.json["choices"][0]["finish_reason"], ref[i]["stop_reason"] == "length" ? "length" : "stop");
+        EXPECT_GT(r.json["rest"]["n_drafted"].get<int>() + r.json["rest"]["n_steps"].get<int>(), 0);
+        EXPECT_GT(r.json["rest"]["tokens_per_forward"].get<double>(), 0.0);
+    }
+}
+
+TEST_F(ServerApi, StreamedCompletionEqualsGenerate) {
+    const int  n   = 32;
+    const auto ref = generate_no_spec(model_path_, {k_prompts[1]}, n, "api-stream");
+    ASSERT_EQ(ref.size(), 1u);
+    const std::string want = text_of(tokens_of(ref[0]["tokens"]));
+
+    const sse_reply r = api().stream("/v1/completions", completion_body(k_prompts[1], n, true));
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.content_type.rfind("text/event-stream", 0), 0u) << r.content_type;
+    ASSERT_TRUE(r.done) << r.raw;
+    ASSERT_GE(r.events.size(), 2u);
+    EXPECT_EQ(joined_text(r, false), want);
+    for (size_t i = 0; i + 1 < r.events.size(); ++i) {
+        EXPECT_EQ(r.events[i]["object"], "text_completion");
+        EXPECT_TRUE(r.events[i]["choices"][0]["finish_reason"].is_null()) << i;
+        EXPECT_EQ(r.events[i]["id"], r.events[0]["id"]);
+    }
+    const json & last = r.events.back();
+    EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(last["usage"]["completion_tokens"], n);
+    EXPECT_EQ(tokens_of(last["rest"]["tokens"]), tokens_of(ref[0]["tokens"]));
+
+    // stream_options.include_usage adds one chunk with no choices, as OpenAI does.
+    json body = completion_body(k_prompts[1], 4, true);
+    body["stream_options"] = {{"include_usage", true}};
+    const sse_reply u = api().stream("/v1/completions", body);
+    ASSERT_TRUE(u.done);
+    ASSERT_GE(u.events.size(), 2u);
+    EXPECT_TRUE(u.events.back()["choices"].empty());
+    EXPECT_EQ(u.events.back()["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
+    const std::vector<rest::chat_message> msgs = {{"system", "You are terse."}, {"user", "Tell me a story."}};
+    const std::string rendered = model_->vocab().apply_chat_template(msgs, true);
+    const int         n        = 24;
+    const auto        ref      = generate_no_spec(model_path_, {rendered}, n, "api-chat");
+    ASSERT_EQ(ref.size(), 1u);
+    const auto        want_tokens = tokens_of(ref[0]["tokens"]);
+    const std::string want        = text_of(want_tokens);
+
+    json body = {{"model", "x"}, {"messages", json::array({{{"role", "system"}, {"content", "You are terse."}},
+                                                           {{"role", "user"}, {"content", "Tell me a story."}}})},
+                 {"max_tokens", n}, {"temperature", 0}, {"return_tokens", true}};
+    const http_reply r = api().post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json["object"], "chat.completion");
+    EXPECT_EQ(r.json["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(r.json["choices"][0]["message"]["content"], want);
+    EXPECT_EQ(first_diff(tokens_of(r.json["rest"]["tokens"]), want_tokens), -1);
+    EXPECT_EQ(r.json["usage"]["prompt_tokens"], ref[0]["n_prompt"]);
+
+    body["stream"] = true;
+    const sse_reply s = api().stream("/v1/chat/completions", body);
+    ASSERT_TRUE(s.done) << s.raw;
+    ASSERT_GE(s.events.size(), 2u);
+    EXPECT_EQ(s.events[0]["object"], "chat.completion.chunk");
+    EXPECT_EQ(s.events[0]["choices"][0]["delta"]["role"], "assistant");
+    EXPECT_EQ(joined_text(s, true), want);
+    EXPECT_FALSE(s.events.back()["choices"][0]["finish_reason"].is_null());
+
+    // Content given as parts, and "developer" (OpenAI's newer "system"), render the same conversation.
+    json parts = body;
+    parts["stream"]   = false;
+    parts["messages"] = json::array({{{"role", "developer"}, {"content", "You are terse."}},
+                                     {{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Tell me "}},
+                                                                                 {{"type", "text"}, {"text", "a story."}}})}}});
+    const http_reply p = api().post("/v1/chat/completions", parts);
+    ASSERT_EQ(p.status, 200) << p.body;
+    EXPECT_EQ(p.json["choices"][0]["message"]["content"], want);
+}
+
+TEST_F(ServerApi, ConcurrentRequestsBeyondTheSlotsQueueAndStayLossless) {
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 10; ++i) {  // 10 requests for 4 slots
+        prompts.push_back("Request number " + std::to_string(i) + " says:");
+    }
+    const int  n   = 24;
+    const auto ref = generate_no_spec(model_path_, prompts, n, "api-concurrent");
+    ASSERT_EQ(ref.size(), prompts.size());
+    std::vector<std::vector<int>> got(prompts.size());
+    std::vector<std::string>      text(prompts.size());
+    std::vector<int>              status(prompts.size(), 0);
+    std::vector<std::thread>      threads;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        threads.emplace_back([&, i] {
+            if (i % 2 == 0) {
+                const http_reply r = api().post("/v1/completions", completion_body(prompts[i], n));
+                status[i]          = r.status;
+                if (r.status == 200) {
+                    got[i]  = tokens_of(r.json["rest"]["tokens"]);
+                    text[i] = r.json["choices"][0]["text"];
+                }
+            } else {
+                const sse_reply r = api().stream("/v1/completions", completion_body(prompts[i], n, true));
+                status[i]         = r.done ? r.status : -1;
+                if (r.done && !r.events.empty()) {
+                    got[i]  = tokens_of(r.events.back()["rest"]["tokens"]);
+                    text[i] = joined_text(r, false);
+                }
+            }
+        });
+    }
+    for (auto & t : threads) {
+        t.join();
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        ASSERT_EQ(status[i], 200) << "request " << i;
+        const auto want = tokens_of(ref[i]["tokens"]);
+        EXPECT_EQ(first_diff(got[i], want), -1) << "request " << i << ": first differing token index";
+        EXPECT_EQ(text[i], text_of(want)) << "request " << i;
+    }
+}
+
+TEST_F(ServerApi, DraftsFromPastOutputsAndHotAddedCorpusAreAcceptedLosslessly) {
+    // A request repeated: its first output is in the online store, so the second one drafts from it.
+    // (Prompts whose greedy text splits a UTF-8 character make `rest generate --json` fail; these do not.)
+    const std::string prompt = "Say it again:";
+    const int         n      = 48;
+    const auto        ref    = generate_no_spec(model_path_, {prompt, "A hot-added corpus helps:"}, n, "api-history");
+    ASSERT_EQ(ref.size(), 2u);
+    const http_reply first  = api().post("/v1/completions", completion_body(prompt, n));
+    const http_reply second = api().post("/v1/completions", completion_body(prompt, n));
+    ASSERT_EQ(first.status, 200);
+    ASSERT_EQ(second.status, 200);
+    EXPECT_EQ(first_diff(tokens_of(second.json["rest"]["tokens"]), tokens_of(ref[0]["tokens"])), -1);
+    EXPECT_GT(second.json["rest"]["n_accepted"].get<int>(), n / 2) << second.json["rest"].dump();
+    EXPECT_LT(second.json["rest"]["n_forward"].get<int>(), first.json["rest"]["n_forward"].get<int>());
+
+    // POST /v1/corpus: the continuation, added before the request ever ran, is drafted and accepted.
+    const http_reply before = api().get("/v1/corpus");
+    ASSERT_EQ(before.status, 200) << before.body;
+    const std::string doc = "A hot-added corpus helps:" + text_of(tokens_of(ref[1]["tokens"]));
+    const http_reply  add = api().post("/v1/corpus", json{{"texts", json::array({doc, "another document"})}});
+    ASSERT_EQ(add.status, 200) << add.body;
+    EXPECT_EQ(add.json["added_documents"], 2);
+    EXPECT_GT(add.json["added_tokens"].get<int>(), 0);
+    const http_reply after = api().get("/v1/corpus");
+    EXPECT_EQ(after.json["history"]["n_documents"].get<int>(), before.json["history"]["n_documents"].get<int>() + 2);
+    EXPECT_TRUE(after.json["datastore"].is_null());
+
+    const http_reply r = api().post("/v1/completions", completion_body("A hot-added corpus helps:", n));
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(first_diff(tokens_of(r.json["rest"]["tokens"]), tokens_of(ref[1]["tokens"])), -1);
+    EXPECT_GT(r.json["rest"]["n_accepted"].get<int>(), n / 2) << r.json["rest"].dump();
+
+    // Speculation off for one request: nothing drafted, same output.
+    json off          = completion_body(prompt, n);
+    off["speculate"]  = false;
+    const http_reply p = api().post("/v1/completions", off);
+    ASSERT_EQ(p.status, 200);
+    EXPECT_EQ(p.json["rest"]["n_drafted"], 0);
+    EXPECT_EQ(first_diff(tokens_of(p.json["rest"]["tokens"]), tokens_of(ref[0]["tokens"])), -1);
+}
+
+TEST_F(ServerApi, StopStringsCutTheTextStreamedOrNot) {
+    const int  n   = 40;
+    const auto ref = generate_no_spec(model_path_, {k_prompts[0]}, n, "api-stop");
+    ASSERT_EQ(ref.size(), 1u);
+    const std::string full = text_of(tokens_of(ref[0]["tokens"]));
+    ASSERT_GT(full.size(), 40u);
+    // A stop string from the middle of the text (possibly spanning two tokens), on character boundaries.
+    auto char_start = [&](size_t i) {
+        while (i < full.size() && ((unsigned char) full[i] & 0xC0) == 0x80) {
+            ++i;
+        }
+        return i;
+    };
+    const size_t      b    = char_start(full.size() / 2);
+    const std::string stop = full.substr(b, char_start(b + 4) - b);
+    const std::string want = full.substr(0, full.find(stop));
+
+    json body    = completion_body(k_prompts[0], n);
+    body["stop"] = json::array({stop, "never-appears-zq"});
+    const http_reply r = api().post("/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json["choices"][0]["text"], want);
+    EXPECT_EQ(r.json["choices"][0]["finish_reason"], "stop");
+
+    body["stream"] = true;
+    const sse_reply s = api().stream("/v1/completions", body);
+    ASSERT_TRUE(s.done);
+    EXPECT_EQ(joined_text(s, false), want);
+    EXPECT_EQ(s.events.back()["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
+    struct bad_case {
+        std::string path;
+        std::string body;
+        int         status;
+        std::string param;  // "" : not checked
+    };
+    const std::string big_prompt(6000, 'x');  // far beyond the 256 positions of a slot
+    const std::vector<bad_case> cases = {
+        {"/v1/completions", "{not json", 400, ""},
+        {"/v1/completions", "", 400, ""},
+        {"/v1/completions", "[1, 2]", 400, ""},
+        {"/v1/completions", R"({"max_tokens": 4})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": 5})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": []})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [1, -2]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [99999999]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": "hi", "max_tokens": "4"})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "hi", "max_tokens": 2.5})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "hi", "max_tokens": 0})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "hi", "max_tokens": 5000})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "hi", "temperature": "hot"})", 400, "temperature"},
+        {"/v1/completions", R"({"prompt": "hi", "temperature": 3})", 400, "temperature"},
+        {"/v1/completions", R"({"prompt": "hi", "top_p": 0})", 400, "top_p"},
+        {"/v1/completions", R"({"prompt": "hi", "top_k": -1})", 400, "top_k"},
+        {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})", 400, "stream"},
+        {"/v1/completions", R"({"prompt": "hi", "stop": 7})", 400, "stop"},
+        {"/v1/completions", R"({"prompt": "hi", "stop": [""]})", 400, "stop"},
+        {"/v1/completions", R"({"prompt": "hi", "n": 2})", 400, "n"},
+        {"/v1/completions", R"({"prompt": "hi", "seed": "x"})", 400, "seed"},
+        {"/v1/completions", R"({"prompt": "hi", "echo": true})", 400, "echo"},
+        {"/v1/completions", R"({"prompt": "hi", "logprobs": 3})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "hi", "frobnicate": 1})", 400, "frobnicate"},
+        {"/v1/completions", R"({"prompt": "hi", "messages": []})", 400, "messages"},
+        {"/v1/completions", json{{"prompt", big_prompt}}.dump(), 400, "prompt"},
+        {"/v1/chat/completions", R"({"prompt": "hi"})", 400, "prompt"},
+        {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"content": "hi"}]})", 400, "messages[0].role"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "messages[0].role"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+         "messages[0].content"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})",
+         400, "tools"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 900})",
+         400, "max_tokens"},
+        {"/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", big_prompt}}}}}.dump(), 400,
+         "messages"},
+        {"/v1/corpus", R"({"text": 5})", 400, "text"},
+        {"/v1/corpus", R"({"texts": ["a", 1]})", 400, "texts"},
+        {"/v1/corpus", R"({})", 400, ""},
+        {"/v1/corpus", R"({"text": ""})", 400, "text"},
+        {"/v1/corpus", "nope", 400, ""},
+        {"/v1/nothing-here", "{}", 404, ""},
+    };
+    for (const auto & c : cases) {
+        const http_reply r = api().post(c.path, c.body);
+        EXPECT_EQ(r.status, c.status) << c.path << " " << c.body.substr(0, 100) << " -> " << r.body;
+        ASSERT_TRUE(r.json.is_object()) << c.body.substr(0, 100) << " -> " << r.body;
+        ASSERT_TRUE(r.json.contains("error")) << r.body;
+        EXPECT_TRUE(r.json["error"]["message"].is_string() && !r.json["error"]["message"].get<std::string>().empty());
+        EXPECT_TRUE(r.json["error"]["type"].is_string());
+        if (!c.param.empty()) {
+            EXPECT_EQ(r.json["error"]["param"], c.param) << c.body.substr(0, 100) << " -> " << r.body;
+        }
+    }
+    EXPECT_EQ(api().get("/v1/completions").status, 405);
+    // Bodies beyond the limit (8 MiB) are refused before they are parsed.
+    const http_reply big = api().post("/v1/completions", std::string(9u << 20, ' '));
+    EXPECT_EQ(big.status, 413) << big.body.substr(0, 200);
+    // The server is still healthy, with no slot held.
+    const http_reply h = client(srv_->port()).get("/health");
+    EXPECT_EQ(h.status, 200);
+}
+
+// Opens a connection, sends a non-streaming request and closes the socket without reading the reply.
+void send_and_vanish(int port, const std::string & body) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family      = AF_INET;
+    a.sin_port        = htons((uint16_t) port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + std::string(k_key) +
+                            "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                            "\r\n\r\n" + body;
+    ASSERT_EQ(::send(fd, req.data(), req.size(), 0), (ssize_t) req.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    ::close(fd);
+}
+
+double cancelled_count(const client & c) {
+    return std::max(0.0, metric_value(c.get("/metrics").body, "rest_generations_total{reason=\"cancelled\"}"));
+}
+
+// Polls /health until no slot is busy (generous bound; a freed slot shows within one engine step).
+bool slots_idle(int port) {
+    for (int i = 0; i < 500; ++i) {
+        const http_reply h = client(port).get("/health");
+        if (h.status == 200 && h.json["slots_busy"] == 0 && h.json["queue"] == 0) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}
+
+TEST_F(ServerApi, DisconnectedClientsFreeTheirSlot) {
+    ASSERT_TRUE(slots_idle(srv_->port()));
+    const double c0 = cancelled_count(api());
+    // Streaming: read three events, then hang up. 250 tokens take far longer than noticing the hang-up.
+    json body = completion_body("Tell me everything", 250, true);
+    const sse_reply s = api().stream("/v1/completions", body, 3);
+    EXPECT_EQ(s.events.size(), 3u);
+    EXPECT_FALSE(s.done);
+    EXPECT_TRUE(slots_idle(srv_->port()));
+    // Non-streaming: the client sends and goes away before any byte of the reply.
+    body["stream"] = false;
+    send_and_vanish(srv_->port(), body.dump());
+    EXPECT_TRUE(slots_idle(srv_->port()));
+    EXPECT_GE(cancelled_count(api()), c0 + 2);
+}
+
+TEST_F(ServerApi, MetricsArePrometheusText) {
+    ASSERT_EQ(api().post("/v1/completions", completion_body("metrics", 8)).status, 200);
+    const http_reply m = api().get("/metrics");
+    ASSERT_EQ(m.status, 200);
+    EXPECT_EQ(m.content_type.rfind("text/plain", 0), 0u) << m.content_type;
+    const std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? -?[0-9.e+-]+(inf)?$)");
+    std::istringstream in(m.body);
+    std::string        line;
+    int                n_samples = 0;
+    while (std::getline(in, line)) {
+        if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+            continue;
+        }
+        EXPECT_TRUE(std::regex_match(line, sample)) << line;
+        ++n_samples;
+    }
+    EXPECT_GT(n_samples, 20);
+    for (const char * series : {"rest_prompt_tokens_total", "rest_generated_tokens_total", "rest_target_forwards_total",
+                                "rest_tokens_per_forward", "rest_decode_steps_total"}) {
+        EXPECT_GT(metric_value(m.body, series), 0) << series;
+    }
+    for (const char * series : {"rest_draft_tokens_total", "rest_accepted_tokens_total", "rest_draft_seconds_total",
+                                "rest_verify_seconds_total", "rest_slots_busy", "rest_queue_depth"}) {
+        EXPECT_GE(metric_value(m.body, series), 0) << series;
+    }
+    EXPECT_EQ(metric_value(m.body, "rest_slots"), 4);
+    EXPECT_GT(metric_value(m.body, "rest_requests_total{endpoint=\"completions\"}"), 0);
+}

@@ -1,0 +1,142 @@
+// `rest serve` start-up and shutdown: SIGTERM drains in-flight requests and saves the online store (which the
+// next start loads), the default (cost-model) budget stays lossless, a model without a chat template answers
+// chat requests with a clear 400, and start-up errors exit 1 with one line.
+#include "test-server-util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <thread>
+
+using json = nlohmann::json;
+using namespace rest_test;
+
+namespace {
+
+rest::fixture_params phi3() {
+    rest::fixture_params p;
+    p.vocab = "phi-3";
+    return p;
+}
+
+rest::fixture_params spm() {
+    rest::fixture_params p;  // llama-spm: no chat template
+    p.n_ctx = 512;
+    return p;
+}
+
+}  // namespace
+
+TEST(ServerLifecycle, SigtermDrainsInFlightRequestsAndSavesTheOnlineStore) {
+    const std::string model   = fixture_model(phi3());
+    const std::string history = tmp_dir() + "/server-history.bin";
+    std::filesystem::remove(history);
+    int n_stored = 0;  // tokens the online store must hold after shutdown
+    {
+        server_process srv;
+        ASSERT_EQ(srv.start({"-m", model, "-c", "1024", "--np", "2", "-t", "1", "--draft-fixed", "4",
+                             "--history-file", history},
+                            tmp_dir() + "/server-lifecycle-1.log"),
+                  "");
+        const client c(srv.port());
+        // A finished request puts its output in the online store.
+        const http_reply first = c.post("/v1/completions", json{{"prompt", "first"}, {"max_tokens", 16}});
+        ASSERT_EQ(first.status, 200) << first.body;
+        n_stored = first.json["usage"]["completion_tokens"].get<int>();
+
+        // A long stream is in flight when SIGTERM arrives: it must still complete.
+        sse_reply   streamed;
+        std::thread t([&] {
+            streamed = c.stream("/v1/completions",
+                                json{{"prompt", "in flight"}, {"max_tokens", 200}, {"temperature", 0}, {"stream", true}});
+        });
+        for (int i = 0; i < 500; ++i) {  // until the stream has a slot
+            const http_reply h = c.get("/health");
+            if (h.status == 200 && h.json["slots_busy"] == 1) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        srv.signal(SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // New work is refused while draining (or the port is already closed).
+        const http_reply late = c.post("/v1/completions", json{{"prompt", "late"}, {"max_tokens", 4}});
+        EXPECT_TRUE(late.status == 503 || late.status == 0) << late.status << " " << late.body;
+        if (late.status == 503) {
+            EXPECT_EQ(late.json["error"]["code"], "shutting_down");
+        }
+        t.join();
+        EXPECT_EQ(srv.wait_exit(60), 0) << srv.log_tail();
+        ASSERT_TRUE(streamed.done) << streamed.raw.substr(0, 500);
+        ASSERT_FALSE(streamed.events.empty());
+        EXPECT_EQ(streamed.events.back()["choices"][0]["finish_reason"], "length");
+        EXPECT_EQ(streamed.events.back()["usage"]["completion_tokens"], 200);
+        n_stored += 200;
+    }
+    ASSERT_TRUE(std::filesystem::exists(history));
+
+    // The next start loads the saved store.
+    server_process srv;
+    ASSERT_EQ(srv.start({"-m", model, "-c", "512", "--np", "1", "-t", "1", "--no-spec", "--history-file", history},
+                        tmp_dir() + "/server-lifecycle-2.log"),
+              "");
+    const http_reply corpus = client(srv.port()).get("/v1/corpus");
+    ASSERT_EQ(corpus.status, 200) << corpus.body;
+    EXPECT_EQ(corpus.json["history"]["n_documents"], 2) << corpus.body;  // "first" and the drained stream
+    EXPECT_EQ(corpus.json["history"]["n_tokens"], n_stored) << corpus.body;
+    srv.signal(SIGINT);
+    EXPECT_EQ(srv.wait_exit(60), 0) << srv.log_tail();
+}
+
+TEST(ServerLifecycle, DefaultBudgetIsLosslessAndChatNeedsATemplate) {
+    const std::string model = fixture_model(spm());
+    const std::string prompt = "Plain vocabulary, default budget:";
+    const auto        ref    = generate_no_spec(model, {prompt}, 32, "lifecycle-default");
+    ASSERT_EQ(ref.size(), 1u);
+
+    server_process srv;  // no --draft-*: the measured cost model picks each step's budget
+    ASSERT_EQ(srv.start({"-m", model, "-c", "1024", "--np", "2", "-t", "1"}, tmp_dir() + "/server-lifecycle-3.log"),
+              "");
+    const client     c(srv.port());
+    const http_reply r = c.post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 32}, {"temperature", 0},
+                                                        {"return_tokens", true}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(first_diff(r.json["rest"]["tokens"].get<std::vector<int>>(), ref[0]["tokens"].get<std::vector<int>>()),
+              -1);
+
+    const http_reply chat = c.post("/v1/chat/completions",
+                                   json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}});
+    EXPECT_EQ(chat.status, 400) << chat.body;
+    EXPECT_EQ(chat.json["error"]["code"], "chat_template_unavailable") << chat.body;
+    EXPECT_NE(chat.json["error"]["message"].get<std::string>().find("chat template"), std::string::npos);
+    srv.signal(SIGTERM);
+    EXPECT_EQ(srv.wait_exit(60), 0) << srv.log_tail();
+}
+
+TEST(ServerLifecycle, StartupErrorsExitOneWithOneLine) {
+    const auto [out1, rc1] = run_command(rest_bin() + " serve -m " + tmp_dir() + "/no-such-model.gguf --port 0");
+    EXPECT_EQ(rc1, 1);
+    EXPECT_EQ(out1, "");  // nothing on stdout: no "listening" line
+
+    // A port someone else holds.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+    ASSERT_EQ(::listen(fd, 1), 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
+    const int port = ntohs(a.sin_port);
+    const auto [out2, rc2] = run_command(rest_bin() + " serve --no-spec -t 1 -m " + fixture_model(spm()) + " --port " +
+                                         std::to_string(port), true);
+    ::close(fd);
+    EXPECT_EQ(rc2, 1);
+    EXPECT_NE(out2.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << out2;
+
+    const auto [out3, rc3] = run_command(rest_bin() + " serve -m x.gguf --np 0");
+    EXPECT_EQ(rc3, 1);
+}

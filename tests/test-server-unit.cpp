@@ -1,0 +1,208 @@
+// The server's pure parts: OpenAI request validation, and the text stream that cuts stop strings and holds back
+// partial UTF-8, checked against a naive reference on seeded random piece sequences.
+#include "oai-request.h"
+#include "text-stream.h"
+#include "api-error.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int status_of(const std::string & body, api_kind kind, std::string * param = nullptr) {
+    try {
+        parse_completion_request(body, kind);
+        return 200;
+    } catch (const api_error & e) {
+        if (param) {
+            *param = e.param;
+        }
+        return e.status;
+    }
+}
+
+// Naive reference: the whole text cut at the earliest occurrence of any stop string.
+std::string ref_cut(const std::string & text, const std::vector<std::string> & stops, bool * stopped) {
+    size_t cut = std::string::npos;
+    for (const auto & s : stops) {
+        cut = std::min(cut, text.find(s));
+    }
+    *stopped = cut != std::string::npos;
+    return *stopped ? text.substr(0, cut) : text;
+}
+
+bool valid_utf8_prefix_end(const std::string & s) {
+    // True when s does not end inside a multi-byte character.
+    size_t i = 0;
+    while (i < s.size()) {
+        const unsigned char c = (unsigned char) s[i];
+        const size_t        n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        if (i + n > s.size()) {
+            return false;
+        }
+        i += n;
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST(ServerRequest, DefaultsAreOpenAIs) {
+    const completion_spec s = parse_completion_request(R"({"prompt": "hi"})", api_kind::completion);
+    EXPECT_EQ(s.prompt_text, "hi");
+    EXPECT_EQ(s.max_tokens, -1);
+    EXPECT_FLOAT_EQ(s.sampling.temp, 1.0f);
+    EXPECT_FLOAT_EQ(s.sampling.top_p, 1.0f);
+    EXPECT_EQ(s.sampling.top_k, 0);
+    EXPECT_FLOAT_EQ(s.sampling.min_p, 0.0f);
+    EXPECT_EQ(s.sampling.seed, 0xFFFFFFFFu);
+    EXPECT_FALSE(s.stream);
+    EXPECT_TRUE(s.speculate);
+}
+
+TEST(ServerRequest, FieldsAreRead) {
+    const completion_spec s = parse_completion_request(
+        R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 3,
+            "seed": 42, "stop": "\n", "n": 1, "stream": true, "stream_options": {"include_usage": true},
+            "user": "u", "logit_bias": {}, "logprobs": null, "speculate": false, "draft_max": 4})",
+        api_kind::completion);
+    EXPECT_TRUE(s.has_prompt_tokens);
+    EXPECT_EQ(s.prompt_tokens, (std::vector<rest::token_id>{1, 2, 3}));
+    EXPECT_EQ(s.max_tokens, 7);
+    EXPECT_TRUE(s.sampling.greedy());
+    EXPECT_EQ(s.sampling.top_k, 3);
+    EXPECT_EQ(s.sampling.seed, 42u);
+    EXPECT_EQ(s.stop, (std::vector<std::string>{"\n"}));
+    EXPECT_TRUE(s.stream);
+    EXPECT_TRUE(s.include_usage);
+    EXPECT_FALSE(s.speculate);
+    EXPECT_EQ(s.draft_max, 4);
+
+    const completion_spec c = parse_completion_request(
+        R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"},
+            {"type": "text", "text": "b"}]}, {"role": "assistant", "content": null}], "max_completion_tokens": 3})",
+        api_kind::chat);
+    ASSERT_EQ(c.messages.size(), 3u);
+    EXPECT_EQ(c.messages[1].content, "ab");
+    EXPECT_EQ(c.messages[2].content, "");
+    EXPECT_EQ(c.max_tokens, 3);
+}
+
+TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"({"prompt": "x", "max_tokens": -1})", "max_tokens"},
+        {R"({"prompt": "x", "max_tokens": 1e3})", "max_tokens"},
+        {R"({"prompt": "x", "top_p": 1.5})", "top_p"},
+        {R"({"prompt": "x", "min_p": -0.1})", "min_p"},
+        {R"({"prompt": "x", "presence_penalty": 9})", "presence_penalty"},
+        {R"({"prompt": "x", "stream_options": {"x": 1}})", "stream_options.x"},
+        {R"({"prompt": "x", "logit_bias": {"1": 2}})", "logit_bias"},
+        {R"({"prompt": "x", "best_of": 2})", "best_of"},
+        {R"({"prompt": "x", "suffix": "y"})", "suffix"},
+        {R"({"prompt": "x", "user": 3})", "user"},
+        {R"({"prompt": "x", "draft_max": 1000})", "draft_max"},
+        {R"({"prompt": [[1], [2]]})", "prompt"},
+    };
+    for (const auto & [body, field] : cases) {
+        std::string param;
+        EXPECT_EQ(status_of(body, api_kind::completion, &param), 400) << body;
+        EXPECT_EQ(param, field) << body;
+    }
+    std::string param;
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", api_kind::chat, &param),
+              400);
+    EXPECT_EQ(param, "messages[0].tool_calls");
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+                        api_kind::chat, &param),
+              400);
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"},
+                           "parallel_tool_calls": true, "tool_choice": "none", "tools": []})",
+                        api_kind::chat),
+              200);
+}
+
+TEST(ServerTextStream, StopStringsAndUtf8MatchTheNaiveReference) {
+    // Pieces from a small alphabet, with multi-byte characters sometimes split across pieces (byte tokens).
+    const std::vector<std::string> atoms = {"a", "b", "ab", "ba", " ", "\n", "é", "\xE2\x82\xAC" /* € */, "\xF0\x9F\x98\x80"};
+    std::mt19937 rng(1234);
+    for (int iter = 0; iter < 3000; ++iter) {
+        std::vector<std::string> stops;
+        const int                n_stops = (int) (rng() % 3);
+        for (int k = 0; k < n_stops; ++k) {
+            std::string s;
+            const int   len = 1 + (int) (rng() % 4);
+            while ((int) s.size() < len) {
+                s += atoms[rng() % atoms.size()];
+            }
+            stops.push_back(s);
+        }
+        std::string all;
+        std::vector<std::string> pieces;
+        const int n_pieces = (int) (rng() % 20);
+        for (int k = 0; k < n_pieces; ++k) {
+            std::string a = atoms[rng() % atoms.size()];
+            if (a.size() > 1 && rng() % 2) {  // split a character into single bytes
+                for (char c : a) {
+                    pieces.push_back(std::string(1, c));
+                }
+            } else {
+                pieces.push_back(a);
+            }
+        }
+        text_stream ts(stops);
+        std::string released;
+        bool        running = true;
+        size_t      n_fed   = 0;
+        for (const auto & p : pieces) {
+            if (!running) {
+                break;
+            }
+            all += p;
+            ++n_fed;
+            running = ts.add(p);
+            released += ts.take();
+            bool dummy;
+            // Nothing released may contain a stop, nor end inside a character while more may come.
+            ASSERT_EQ(ref_cut(released, stops, &dummy), released) << "iteration " << iter;
+            if (running) {
+                ASSERT_TRUE(valid_utf8_prefix_end(released)) << "iteration " << iter;
+            }
+        }
+        released += ts.finish();
+        bool        stopped = false;
+        std::string want    = ref_cut(all, stops, &stopped);
+        ASSERT_EQ(released, want) << "iteration " << iter << ": first difference at byte "
+                                  << std::mismatch(released.begin(), released.end(), want.begin(), want.end()).first -
+                                         released.begin();
+        ASSERT_EQ(ts.stopped(), stopped) << "iteration " << iter;
+        if (stopped) {
+            // Generation stops at the piece that completed the stop string.
+            bool s2 = false;
+            std::string prefix;
+            for (size_t k = 0; k + 1 < n_fed; ++k) {
+                prefix += pieces[k];
+            }
+            ref_cut(prefix, stops, &s2);
+            ASSERT_FALSE(s2) << "iteration " << iter << ": stopped too late";
+        }
+    }
+}
+
+TEST(ServerTextStream, HoldsBackOnlyWhatCanStillChange) {
+    text_stream ts({"STOP"});
+    EXPECT_TRUE(ts.add("hello ST"));
+    EXPECT_EQ(ts.take(), "hello ");  // "ST" may become "STOP"
+    EXPECT_TRUE(ts.add("ART"));
+    EXPECT_EQ(ts.take(), "START");
+    EXPECT_TRUE(ts.add("\xE2\x82"));  // first two bytes of €
+    EXPECT_EQ(ts.take(), "");
+    EXPECT_TRUE(ts.add("\xAC!"));
+    EXPECT_EQ(ts.take(), "\xE2\x82\xAC!");
+    EXPECT_FALSE(ts.add("xxSTOPyy"));
+    EXPECT_EQ(ts.take(), "xx");
+    EXPECT_EQ(ts.finish(), "");
+    EXPECT_EQ(ts.text(), "hello START\xE2\x82\xAC!xx");
+}
