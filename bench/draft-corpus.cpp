@@ -6,7 +6,7 @@
 //
 // Writes DIR/draft-<N>.idx for each N and DIR/queries.bin (u32 document count, then per document a u32 length and
 // its u32 tokens). Files are taken in a fixed pseudo-random order (hash of the path), so every size mixes every
-// input directory; binary files, files over 4 MB and invalid UTF-8 are skipped.
+// input directory; binary files, files over 4 MB, invalid UTF-8 and byte-identical duplicates are skipped.
 #include "rest/index-builder.h"
 #include "rest/llama-model.h"
 
@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -109,6 +110,7 @@ int main(int argc, char ** argv) {
         // Tokenize in order with a few threads; stop once both the corpus and the queries are full.
         std::vector<std::vector<token_id>> docs(files.size());
         std::vector<char>                  ok(files.size(), 0);
+        std::vector<std::uint64_t>         hashes(files.size(), 0);
         std::atomic<std::size_t>           next{0};
         std::atomic<std::uint64_t>         n_total{0};
         auto work = [&] {
@@ -125,8 +127,9 @@ int main(int argc, char ** argv) {
                 if (!valid_text(text)) {
                     continue;
                 }
-                docs[i] = tok->tokenize(text, false, false);
-                ok[i]   = 1;
+                docs[i]   = tok->tokenize(text, false, false);
+                hashes[i] = XXH3_64bits(text.data(), text.size());
+                ok[i]     = 1;
                 n_total += docs[i].size();
             }
         };
@@ -138,10 +141,17 @@ int main(int argc, char ** argv) {
             t.join();
         }
 
+        // Byte-identical files (the same header installed twice, vendored copies) are kept once, so a query is
+        // never simply a copy of an indexed file.
         std::vector<std::vector<token_id>> corpus, queries;
-        std::uint64_t                      n_corpus = 0, n_queries = 0;
+        std::uint64_t                      n_corpus = 0, n_queries = 0, n_dup = 0;
+        std::unordered_set<std::uint64_t>  seen;
         for (std::size_t i = 0; i < files.size() && (n_corpus < want || n_queries < want_queries); ++i) {
             if (!ok[i] || docs[i].empty()) {
+                continue;
+            }
+            if (!seen.insert(hashes[i]).second) {
+                n_dup++;
                 continue;
             }
             if (files[i].first % 64 == 0) {
@@ -154,8 +164,9 @@ int main(int argc, char ** argv) {
                 corpus.push_back(std::move(docs[i]));
             }
         }
-        std::fprintf(stderr, "corpus %llu tokens in %zu documents, queries %llu tokens in %zu documents\n",
-                     (unsigned long long) n_corpus, corpus.size(), (unsigned long long) n_queries, queries.size());
+        std::fprintf(stderr, "corpus %llu tokens in %zu documents, queries %llu tokens in %zu documents, %llu duplicate "
+                     "files skipped\n", (unsigned long long) n_corpus, corpus.size(), (unsigned long long) n_queries,
+                     queries.size(), (unsigned long long) n_dup);
         fs::create_directories(out_dir);
         const rest::tokenizer_identity id = rest::identity_of(*tok);
         for (const std::uint64_t n : sizes) {

@@ -69,6 +69,8 @@ bytes=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes']
 width=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['token_width_bytes'])" "$work/inspect.json")
 shards=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['shards'])" "$work/inspect.json")
 build_s=$(sed -n 's/^time: \([0-9.]*\) s total.*/\1/p' "$work/build.out")
+cpu_pct=$(awk -F': ' '/Percent of CPU/ {print $2}' "$work/time.txt")
+cpu_s=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$work/time.txt")
 
 verify_start=$(date +%s.%N)
 "$rest" index verify "$idx"
@@ -78,7 +80,7 @@ verify_s=$(echo "$(date +%s.%N) - $verify_start" | bc)
 
 echo "== figures"
 printf "tokens:            %d (u%d, %d shard(s))\n" "$tokens" $((8 * width)) "$shards"
-printf "build:             %.1f s wall (goal <= 180 s on 2 cores)\n" "$build_s"
+printf "build:             %.1f s wall, %.1f s CPU, %s of one core (goal <= 180 s wall on 2 cores)\n" "$build_s" "$cpu_s" "$cpu_pct"
 printf "peak RSS:          %.1f MiB = %.2f bytes/token (goal <= 10; /usr/bin/time -v)\n" \
     "$(echo "$peak_kb / 1024" | bc -l)" "$(echo "$peak_kb * 1024 / $tokens" | bc -l)"
 printf "disk:              %d bytes = %.3f bytes/token (goal <= 6 for u16, 8 for u32)\n" "$bytes" \

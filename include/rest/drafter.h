@@ -44,7 +44,7 @@ struct drafter_params {
     std::uint64_t scan_max          = 64;       // nodes with at most this many occurrences are read in full
     std::uint64_t cache_min         = 256;      // selections under matches with more occurrences are cached
     std::uint64_t n_probe_max       = 1 << 14;  // suffix-array probes per source and step for children discovery
-    std::size_t   n_context_occ_max = 256;      // most recent context occurrences kept for the context trie
+    std::size_t   n_context_occ_max = 64;       // most recent context occurrences kept for the context trie
 };
 
 struct draft_stats {

@@ -4,6 +4,15 @@
 
 namespace rest {
 
+namespace {
+
+inline std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+    h = (h ^ v) * 0xFF51AFD7ED558CCDull;
+    return h ^ (h >> 32);
+}
+
+}  // namespace
+
 context_matcher::context_matcher(int n_min, int n_max, std::size_t n_occ_max, bool index) :
     n_min_(std::max(n_min, 1)),
     n_max_(std::max(n_max, std::max(n_min, 1))),
@@ -12,10 +21,9 @@ context_matcher::context_matcher(int n_min, int n_max, std::size_t n_occ_max, bo
 
 void context_matcher::reset(std::span<const token_id> tokens) {
     ctx_.clear();
-    head_min_.clear();
-    head_max_.clear();
-    prev_min_.clear();
-    prev_max_.clear();
+    std::fill(keys_.begin(), keys_.end(), 0);
+    n_keys_ = 0;
+    prev_.clear();
     n_indexed_ = 0;
     n_seen_    = 0;
     len_       = 0;
@@ -24,32 +32,72 @@ void context_matcher::reset(std::span<const token_id> tokens) {
     append(tokens);
 }
 
-std::uint64_t context_matcher::hash_ending_at(std::size_t p, int n) const {
-    std::uint64_t h = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(n);
-    for (int i = 0; i < n; ++i) {
-        h = (h ^ static_cast<std::uint32_t>(ctx_[p - static_cast<std::size_t>(i)])) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 32;
+// The same key index_position() computes incrementally.
+std::uint64_t context_matcher::key_ending_at(std::size_t p, int k) const {
+    std::uint64_t h = 0;
+    for (int i = 0; i < k; ++i) {
+        h = mix(h, static_cast<std::uint32_t>(ctx_[p - static_cast<std::size_t>(i)]));
     }
-    return h;
+    return mix(h, 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(k)) | 1;
+}
+
+std::int32_t context_matcher::head(std::uint64_t key) const {
+    if (keys_.empty()) {
+        return -1;
+    }
+    const std::size_t mask = keys_.size() - 1;
+    for (std::size_t i = (key >> 7) & mask;; i = (i + 1) & mask) {
+        if (keys_[i] == key) {
+            return heads_[i];
+        }
+        if (keys_[i] == 0) {
+            return -1;
+        }
+    }
+}
+
+void context_matcher::set_head(std::uint64_t key, std::int32_t p) {
+    if (2 * (n_keys_ + 1) > keys_.size()) {
+        std::vector<std::uint64_t> old_keys(std::max<std::size_t>(1024, 2 * keys_.size()), 0);
+        std::vector<std::int32_t>  old_heads(old_keys.size(), -1);
+        old_keys.swap(keys_);
+        old_heads.swap(heads_);
+        const std::size_t mask = keys_.size() - 1;
+        for (std::size_t j = 0; j < old_keys.size(); ++j) {
+            if (old_keys[j] != 0) {
+                std::size_t i = (old_keys[j] >> 7) & mask;
+                while (keys_[i] != 0) {
+                    i = (i + 1) & mask;
+                }
+                keys_[i]  = old_keys[j];
+                heads_[i] = old_heads[j];
+            }
+        }
+    }
+    const std::size_t mask = keys_.size() - 1;
+    std::size_t       i    = (key >> 7) & mask;
+    while (keys_[i] != 0 && keys_[i] != key) {
+        i = (i + 1) & mask;
+    }
+    if (keys_[i] == 0) {
+        keys_[i] = key;
+        n_keys_++;
+    }
+    heads_[i] = p;
 }
 
 void context_matcher::index_position(std::size_t p) {
-    const auto pos = static_cast<std::int32_t>(p);
-    prev_min_.push_back(-1);
-    prev_max_.push_back(-1);
-    if (p + 1 >= static_cast<std::size_t>(n_min_)) {
-        auto [it, fresh] = head_min_.try_emplace(hash_ending_at(p, n_min_), pos);
-        if (!fresh) {
-            prev_min_[p] = it->second;
-            it->second   = pos;
+    const auto n_len = static_cast<std::size_t>(n_max_ - n_min_ + 1);
+    prev_.resize((p + 1) * n_len, -1);
+    std::uint64_t h = 0;
+    for (int k = 1; k <= n_max_ && static_cast<std::size_t>(k) <= p + 1; ++k) {
+        h = mix(h, static_cast<std::uint32_t>(ctx_[p + 1 - static_cast<std::size_t>(k)]));
+        if (k < n_min_) {
+            continue;
         }
-    }
-    if (n_max_ > n_min_ && p + 1 >= static_cast<std::size_t>(n_max_)) {
-        auto [it, fresh] = head_max_.try_emplace(hash_ending_at(p, n_max_), pos);
-        if (!fresh) {
-            prev_max_[p] = it->second;
-            it->second   = pos;
-        }
+        const std::uint64_t key = mix(h, 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(k)) | 1;
+        prev_[p * n_len + static_cast<std::size_t>(k - n_min_)] = head(key);
+        set_head(key, static_cast<std::int32_t>(p));
     }
 }
 
@@ -61,6 +109,27 @@ void context_matcher::append(std::span<const token_id> tokens) {
     for (; n_indexed_ < ctx_.size(); ++n_indexed_) {
         index_position(n_indexed_);
     }
+}
+
+bool context_matcher::same_suffix(std::size_t p, int k) const {
+    const std::size_t n = ctx_.size();
+    for (int i = 0; i < k; ++i) {
+        if (ctx_[p - static_cast<std::size_t>(i)] != ctx_[n - 1 - static_cast<std::size_t>(i)]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// The first candidate at or after `from` in the chain of length k that is a real earlier occurrence, or -1.
+std::int32_t context_matcher::first_verified(int k, std::int32_t from, std::size_t n) const {
+    const auto n_len = static_cast<std::size_t>(n_max_ - n_min_ + 1);
+    for (std::int32_t p = from; p >= 0; p = prev_[static_cast<std::size_t>(p) * n_len + static_cast<std::size_t>(k - n_min_)]) {
+        if (static_cast<std::size_t>(p) + 2 <= n && same_suffix(static_cast<std::size_t>(p), k)) {
+            return p;
+        }
+    }
+    return -1;
 }
 
 void context_matcher::update() {
@@ -101,55 +170,31 @@ void context_matcher::search() {
     if (n < static_cast<std::size_t>(n_min_) + 1) {
         return;
     }
-    auto same_suffix = [&](std::size_t p, int len) {  // c[p-len+1..p] == c[n-len..n-1]
-        for (int i = 0; i < len; ++i) {
-            if (ctx_[p - static_cast<std::size_t>(i)] != ctx_[n - 1 - static_cast<std::size_t>(i)]) {
-                return false;
-            }
-        }
-        return true;
-    };
-    // Chains run from the latest position down; found is reversed to ascending order at the end.
-    std::vector<std::int32_t> found;
-    if (n_max_ > n_min_ && n >= static_cast<std::size_t>(n_max_) + 1) {
-        const auto it = head_max_.find(hash_ending_at(n - 1, n_max_));
-        for (std::int32_t p = it == head_max_.end() ? -1 : it->second; p >= 0; p = prev_max_[static_cast<std::size_t>(p)]) {
-            if (static_cast<std::size_t>(p) + 2 <= n && same_suffix(static_cast<std::size_t>(p), n_max_)) {
-                found.push_back(p);
-            }
-        }
-        if (!found.empty()) {
-            len_ = n_max_;
+    auto head_of = [&](int k) { return head(key_ending_at(n - 1, k)); };
+    // Largest k in [n_min, hi] that occurs earlier; occurrence is monotone in k.
+    int lo = n_min_ - 1, hi = static_cast<int>(std::min<std::size_t>(n_max_, n - 1));
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (first_verified(mid, head_of(mid), n) >= 0) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
         }
     }
-    if (found.empty()) {
-        const auto it = head_min_.find(hash_ending_at(n - 1, n_min_));
-        for (std::int32_t p = it == head_min_.end() ? -1 : it->second; p >= 0; p = prev_min_[static_cast<std::size_t>(p)]) {
-            if (static_cast<std::size_t>(p) + 2 > n) {
-                continue;
-            }
-            const int cap = std::min<int>(n_max_, p + 1);
-            int       l   = 0;
-            while (l < cap && ctx_[static_cast<std::size_t>(p) - static_cast<std::size_t>(l)] ==
-                                  ctx_[n - 1 - static_cast<std::size_t>(l)]) {
-                ++l;
-            }
-            if (l < n_min_ || l < len_) {
-                continue;
-            }
-            if (l > len_) {
-                len_ = l;
-                found.clear();
-            }
-            found.push_back(p);
+    if (lo < n_min_) {
+        return;
+    }
+    len_             = lo;
+    const auto n_len = static_cast<std::size_t>(n_max_ - n_min_ + 1);
+    for (std::int32_t p = first_verified(lo, head_of(lo), n); p >= 0;) {
+        if (occ_.size() == n_occ_max_) {  // one more exists: the set is cut
+            truncated_ = true;
+            break;
         }
+        occ_.push_back(p);
+        p = first_verified(lo, prev_[static_cast<std::size_t>(p) * n_len + static_cast<std::size_t>(lo - n_min_)], n);
     }
-    if (found.size() > n_occ_max_) {  // keep the most recent
-        truncated_ = true;
-        found.resize(n_occ_max_);
-    }
-    std::reverse(found.begin(), found.end());
-    occ_.swap(found);
+    std::reverse(occ_.begin(), occ_.end());
 }
 
 void context_matcher::continuation_rows(std::size_t width, std::vector<token_id> & rows) const {

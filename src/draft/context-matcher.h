@@ -3,13 +3,16 @@
 //
 // Definition (what the reference in tests/ref checks): for a context c[0..L-1], the match length m is the largest
 // k in [n_min, n_max] such that c[L-k..L-1] also ends at some p <= L-2 (0 when there is none); the occurrences are
-// all such p (the most recent `n_occ_max` of them); occurrence p continues with c[p+1 .. min(p+width, L-1)].
+// all such p, of which the most recent n_occ_max are kept; occurrence p continues with c[p+1 .. min(p+width, L-1)].
 //
-// Index: positions bucketed by a hash of the n_min tokens ending there and of the n_max tokens ending there (for
-// the capped case); both are appended in O(n_max) per token. Bucket scans verify tokens, so hash collisions only
-// cost time. The match is updated lazily:
-// appended tokens extend the previous occurrence set (exact while the match is below n_max and no occurrence was
-// dropped by the cap); otherwise the bucket of the last tokens is scanned once.
+// Index: for every length k in [n_min, n_max], the positions p are chained by a hash of the k tokens ending at p
+// (a hash table holds the latest p per (k, hash), prev_ links each p to the previous one), so a chain lists the
+// candidates of one length newest first. Appending a token costs O(n_max). A search is a binary search on k
+// (occurrence is monotone in k; each probe walks a chain to its first verified candidate), then a walk of the
+// longest length's chain that stops after n_occ_max + 1 verified candidates: O(log n_max + n_occ_max * n_max),
+// whatever the context length. Candidates are always compared token by token, so hash collisions cost time only.
+// Between searches, appended tokens extend the previous occurrence set (exact while the match is below n_max and
+// no occurrence was dropped by the cap).
 #pragma once
 
 #include "rest/types.h"
@@ -17,7 +20,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace rest {
@@ -48,21 +50,28 @@ class context_matcher {
     }
 
   private:
-    std::uint64_t hash_ending_at(std::size_t p, int n) const;
-    void index_position(std::size_t p);
-    void search();
+    std::uint64_t key_ending_at(std::size_t p, int k) const;  // never 0 (the table's empty marker)
+    std::int32_t  head(std::uint64_t key) const;              // latest position with this key, or -1
+    void          set_head(std::uint64_t key, std::int32_t p);
+    void          index_position(std::size_t p);
+    bool          same_suffix(std::size_t p, int k) const;    // c[p-k+1..p] == the last k tokens
+    std::int32_t  first_verified(int k, std::int32_t from, std::size_t n) const;
+    void          search();
 
     int                   n_min_;
     int                   n_max_;
     std::size_t           n_occ_max_;
-    std::vector<token_id> ctx_;
-    std::size_t           n_indexed_ = 0;  // positions [0, n_indexed_) are in the buckets
-    std::size_t           n_seen_    = 0;  // context length the match reflects
     bool                  index_;
-    // Buckets as chains: head_*[hash of the tokens ending at p] is the latest such p, prev_*[p] the one before
-    // (-1 ends a chain). One allocation per new key instead of one vector per bucket.
-    std::unordered_map<std::uint64_t, std::int32_t> head_min_, head_max_;
-    std::vector<std::int32_t>                       prev_min_, prev_max_;
+    std::vector<token_id> ctx_;
+    std::size_t           n_indexed_ = 0;  // positions [0, n_indexed_) are chained
+    std::size_t           n_seen_    = 0;  // context length the match reflects
+
+    // Open addressing (linear probing, power-of-two size, at most half full): key -> latest position.
+    std::vector<std::uint64_t> keys_;
+    std::vector<std::int32_t>  heads_;
+    std::size_t                n_keys_ = 0;
+    std::vector<std::int32_t>  prev_;  // [p * n_lengths + (k - n_min)]: previous position of p's chain for length k
+
     int                       len_       = 0;
     bool                      truncated_ = false;  // occ_ holds only the most recent n_occ_max_ occurrences
     std::vector<std::int32_t> occ_;

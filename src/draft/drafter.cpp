@@ -90,6 +90,7 @@ struct drafter::impl {
     tree_expander                           x_ds, x_ctx, x_hist;
     expand_cache                            cache_ds, cache_hist;  // for matches with > cache_min occurrences
     std::vector<token_id>                   rows;
+    merge_buffers                           merge_buf;
     draft_stats                             last;
 
     impl(const datastore * d, history_store * h, const drafter_params & params) :
@@ -189,7 +190,7 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         {t_ctx, draft_source::context},
         {t_hist, draft_source::history},
     };
-    draft_tree tree = merge_trees(srcs, ep.n_top);
+    draft_tree tree = merge_trees(srcs, ep.n_top, &d.merge_buf);
 
     for (const std::uint8_t m : tree.sources) {
         st.n_nodes_datastore += (m & static_cast<std::uint8_t>(draft_source::datastore)) != 0;

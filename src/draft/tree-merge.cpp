@@ -17,7 +17,9 @@ struct mnode {
 
 }  // namespace
 
-draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
+draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget, merge_buffers * buffers) {
+    merge_buffers local;
+    merge_buffers & buf = buffers ? *buffers : local;
     std::size_t n_in = 0;
     for (const weighted_source & src : sources) {
         n_in += src.tree ? src.tree->nodes.size() : 0;
@@ -29,8 +31,10 @@ draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
     while (cap < 2 * n_in) {
         cap *= 2;
     }
-    std::vector<std::uint64_t> keys(cap, UINT64_MAX);
-    std::vector<std::int32_t>  vals(cap, -1);
+    std::vector<std::uint64_t> & keys = buf.keys;
+    std::vector<std::int32_t> &  vals = buf.vals;
+    keys.assign(cap, UINT64_MAX);
+    vals.assign(cap, -1);
     auto find_or_add = [&](std::uint64_t key, const cand_node & c, std::int32_t parent) {
         std::size_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
         for (;; ++h) {
@@ -50,7 +54,7 @@ draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
             }
         }
     };
-    std::vector<std::int32_t> map;  // source node -> merged node
+    std::vector<std::int32_t> & map = buf.map;  // source node -> merged node
     for (const weighted_source & src : sources) {
         if (!src.tree) {
             continue;
@@ -75,7 +79,8 @@ draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
         }
         return nodes[static_cast<std::size_t>(a)].token < nodes[static_cast<std::size_t>(b)].token;
     };
-    std::vector<std::int32_t> order(nodes.size());
+    std::vector<std::int32_t> & order = buf.order;
+    order.resize(nodes.size());
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
         const mnode & x = nodes[static_cast<std::size_t>(a)];
@@ -98,7 +103,8 @@ draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget) {
     tree.depths.reserve(order.size());
     tree.scores.reserve(order.size());
     tree.sources.reserve(order.size());
-    std::vector<std::int32_t> out(nodes.size(), -1);
+    std::vector<std::int32_t> & out = buf.out;
+    out.assign(nodes.size(), -1);
     for (const std::int32_t i : order) {
         const mnode & m = nodes[static_cast<std::size_t>(i)];
         out[static_cast<std::size_t>(i)] =

@@ -11,7 +11,9 @@
 
 #include "rest/draft-tree.h"
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 namespace rest {
 
@@ -20,6 +22,12 @@ struct weighted_source {
     draft_source      source = draft_source::datastore;
 };
 
-draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget);
+// Scratch space kept by a caller between merges (so a step does not allocate it again).
+struct merge_buffers {
+    std::vector<std::uint64_t> keys;
+    std::vector<std::int32_t>  vals, map, order, out;
+};
+
+draft_tree merge_trees(std::span<const weighted_source> sources, int n_budget, merge_buffers * buffers = nullptr);
 
 }  // namespace rest

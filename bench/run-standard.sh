@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Reproduces rest.cpp's headline benchmark table from ../shared/data (see docs/benchmarks.md):
+#   stories260K  stories260K + a datastore of tinystories-A, on the tinystories-B prompts (the REST-style result)
+#   tinyllama    a TinyLlama-1.1B-shaped Q4_0 fixture (random weights) with an unrelated datastore: cost and
+#                never-slower (its outputs match nothing, so drafting must switch itself off)
+#   humaneval    HumanEval prompts, a Python-standard-library datastore, a code-shaped fixture (qwen2 tokenizer,
+#                random weights): mechanics only, the outputs are not meaningful
+#   mtbench      MT-Bench, turn 1 then turn 2 on the model's own answer through the chat template (same fixture)
+# Each part runs every method in one `rest bench` process, interleaved per prompt, and writes results.json,
+# results.md and PNG plots into OUT/<part>/; OUT/headline.md collects the tables with the machine description.
+#
+# Usage: bench/run-standard.sh [OUT]        (default OUT: /tmp/rest-bench-standard)
+# Environment: REST_BIN (default build/bin/rest), REST_SHARED_DATA (default ../shared/data),
+#   REST_BENCH_THREADS (default 1: decode threads, the same for every method; 1 is the robust choice on a
+#   shared 2-core machine, where ggml's spinning thread pool degrades badly under contention),
+#   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all four),
+#   REST_BENCH_QUICK=1 (fewer prompts, for a smoke test).
+# Takes about 10 minutes on an idle 2-core machine (plus a few minutes once to write the fixtures).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-/tmp/rest-bench-standard}
+bin=${REST_BIN:-$root/build/bin/rest}
+data=${REST_SHARED_DATA:-$root/../shared/data}
+threads=${REST_BENCH_THREADS:-1}
+cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
+parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench}
+quick=${REST_BENCH_QUICK:-0}
+
+[ -x "$bin" ] || { echo "run-standard: no rest binary at $bin (cmake -S . -B build -G Ninja && ninja -C build rest-cli, or set REST_BIN)" >&2; exit 1; }
+[ -f "$data/models/stories260K.gguf" ] || { echo "run-standard: shared data not found at $data (set REST_SHARED_DATA)" >&2; exit 1; }
+mkdir -p "$out" "$cache"
+t_start=$(date +%s)
+# A fresh cost table per run: a table measured earlier under a different machine load would mislead the budget.
+export RESTCPP_CACHE_DIR="$out/cost-cache"
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
+log="$out/run.log"
+: > "$log"
+say() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$log" >&2; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+n() { if [ "$quick" = 1 ]; then echo "$2"; else echo "$1"; fi; }
+
+# Fixtures and indexes are cached: they depend only on the data and the fixture parameters.
+fixture() {  # name, args...
+    local f="$cache/$1.gguf"; shift
+    if [ ! -s "$f" ]; then
+        say "writing fixture $f ($*)"
+        "$bin" fixture -o "$f" "$@" >>"$log" 2>&1
+    fi
+    echo "$f"
+}
+index() {  # name, model, build args...
+    local f="$cache/$1.idx" m="$2"; shift 2
+    if [ ! -s "$f" ]; then
+        say "building index $f"
+        "$bin" index build -m "$m" -o "$f" -t 2 "$@" >>"$log" 2>&1
+    fi
+    echo "$f"
+}
+bench() {  # part, label, args...
+    local part="$1" label="$2"; shift 2
+    say "bench $part (load $(load)): $*"
+    "$bin" bench --out "$out/$part" --label "$label" -t "$threads" --quiet \
+        --meta "commit=$commit" --meta "uncommitted_changes=$dirty" "$@" >"$out/$part.stdout" 2>>"$log"
+    "$root/bench/plot.sh" "$out/$part" "$label" 2>>"$log"
+}
+
+all_methods=plain,llama-plain,rest,rest-datastore,rest-context,rest@8,rest@16,ngram-cache,ngram-simple,ngram-mod
+
+for part in $parts; do
+    case $part in
+    stories260K)
+        m="$data/models/stories260K.gguf"
+        idx=$(index stories260K-tinystories-A "$m" --split-paragraphs "$data/corpora/tinystories-A.txt")
+        bench stories260K "stories260K + tinystories-A, prompts B" -m "$m" --index "$idx" \
+            --prompts "$data/prompts/tinystories-B.jsonl" --n-prompts "$(n -1 10)" -n 128 --methods "$all_methods"
+        ;;
+    tinyllama)
+        m=$(fixture tinyllama-1.1b-q4_0 --shape tinyllama-1.1b --type q4_0)
+        idx=$(index tinyllama-spm-tinystories-A "$m" --split-paragraphs "$data/corpora/tinystories-A.txt")
+        bench tinyllama "TinyLlama-1.1B-shaped Q4_0 fixture, unrelated datastore" -m "$m" --index "$idx" \
+            --prompts "$data/prompts/tinystories-B.jsonl" --n-prompts "$(n 6 2)" -n "$(n 64 16)" \
+            --methods plain,llama-plain,rest,ngram-cache
+        ;;
+    humaneval)
+        m=$(fixture code-qwen2-l4 --vocab qwen2 --layers 4 --type q8_0)
+        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1)
+        [ -n "$pylib" ] || { say "no /usr/lib/python3.* found; skipping humaneval"; continue; }
+        idx=$(index code-qwen2-pystdlib "$m" "$pylib"/*.py)
+        bench humaneval "HumanEval, Python stdlib datastore, code-shaped fixture (mechanics)" -m "$m" \
+            --index "$idx" --prompts "$data/prompts/HumanEval.jsonl.gz" --n-prompts "$(n 20 3)" -n 128 \
+            --methods plain,llama-plain,rest,rest-datastore,rest-context,ngram-cache,ngram-simple,ngram-mod
+        ;;
+    mtbench)
+        m=$(fixture code-qwen2-l4 --vocab qwen2 --layers 4 --type q8_0)
+        idx=$(index code-qwen2-pystdlib "$m" "$(ls -d /usr/lib/python3.[0-9]* | sort -V | tail -1)"/*.py)
+        bench mtbench "MT-Bench 2 turns, chat template, code-shaped fixture (mechanics)" -m "$m" --index "$idx" \
+            --prompts "$data/prompts/mt_bench_question.jsonl" --field turns --n-prompts "$(n 10 2)" -n 64 \
+            --methods plain,llama-plain,rest,rest-context,ngram-cache,ngram-simple
+        ;;
+    *) echo "run-standard: unknown part '$part'" >&2; exit 1 ;;
+    esac
+done
+
+# The headline: machine, commit, and every part's table.
+{
+    echo "## Headline table ($(date -u +%Y-%m-%dT%H:%MZ), commit $commit$( [ "$dirty" != 0 ] && echo ", $dirty uncommitted changes" ))"
+    echo
+    echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs," \
+         "$(awk '/MemTotal/ {printf "%.0f GB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr);" \
+         "decode threads: $threads; load average at the end: $(load)."
+    echo "Command: \`bench/run-standard.sh\` ($(( $(date +%s) - t_start )) s)."
+    for part in $parts; do
+        [ -f "$out/$part/results.md" ] || continue
+        echo
+        echo "### $part"
+        echo
+        cat "$out/$part/results.md"
+    done
+} > "$out/headline.md"
+say "done in $(( $(date +%s) - t_start )) s: $out/headline.md"
+cat "$out/headline.md"
