@@ -31,7 +31,7 @@ struct cost_table {
 
 struct calibrate_params {
     std::vector<std::int32_t> rows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
-    std::int32_t              n_reps = 3;         // median of this many timings per size
+    std::int32_t              n_reps = 5;         // fastest of this many timings per size
     std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us
     double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
 };
@@ -80,7 +80,8 @@ class adaptive_budget final : public budget_policy {
 
     cost_table                              table_;
     adaptive_budget_params                  params_;
-    std::vector<double>                     correction_;  // measured/predicted per table size, EMA
+    std::vector<double>                     correction_;  // measured/predicted per table size, EMA (0: unobserved)
+    double                                  correction_all_ = 1.0;  // the same over all sizes
     std::array<std::array<bin, k_bins>, 8>  calib_{};     // [source mask][score bin]
     double                                  t_draft_us_ = 0;  // EMA of drafting time per step
     std::int32_t                            n_zero_ = 0;      // consecutive steps that chose no draft at all

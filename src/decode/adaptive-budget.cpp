@@ -6,7 +6,7 @@
 namespace rest {
 
 adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params) :
-    table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 1.0) {}
+    table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 0.0) {}
 
 std::size_t adaptive_budget::correction_index(std::int32_t n_rows) const {
     if (table_.rows.empty()) return 0;
@@ -17,7 +17,10 @@ std::size_t adaptive_budget::correction_index(std::int32_t n_rows) const {
 }
 
 double adaptive_budget::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
-    return table_.predict_us(n_rows, n_past) * correction_[correction_index(n_rows)];
+    // A size never observed since start-up takes the correction all sizes share (e.g. a machine busier now than
+    // at calibration), so one stale entry cannot keep drafting switched off.
+    const double c = correction_[correction_index(n_rows)];
+    return table_.predict_us(n_rows, n_past) * (c > 0 ? c : correction_all_);
 }
 
 double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
@@ -111,9 +114,11 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
     const double base = table_.predict_us(n_rows, n_past);
     if (base > 0 && t_us > 0) {
         double & c = correction_[correction_index(n_rows)];
+        if (c <= 0) c = correction_all_;
         // Clamp single observations so one preempted step cannot swing the model.
         const double ratio = std::clamp(t_us / base, 0.25 * c, 4.0 * c);
         c = (1 - params_.time_ema) * c + params_.time_ema * ratio;
+        correction_all_ = (1 - params_.time_ema) * correction_all_ + params_.time_ema * std::clamp(ratio, 0.25, 4.0);
     }
     if (t_draft_us > 0) {
         t_draft_us_ = t_draft_us_ == 0 ? t_draft_us : 0.9 * t_draft_us_ + 0.1 * t_draft_us;

@@ -19,6 +19,12 @@ double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The fastest of several timings: on a shared machine, preemption only ever adds time, so the minimum is the best
+// estimate of what a forward pass costs; the policy corrects for steady extra load online.
+double fastest(const std::vector<double> & v) {
+    return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
+
 // Times one forward pass of a chain of n_rows - 1 draft nodes behind the root, then commits only the root.
 double time_rows(target_model & m, std::int32_t slot, std::int32_t n_rows, std::int32_t n_vocab) {
     std::vector<token_id>     tokens(n_rows - 1);
@@ -129,7 +135,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         if (ts.empty()) break;
         table.rows.push_back(rows);
         // Costs never fall with more rows; measurement noise sometimes says otherwise.
-        table.t_us.push_back(std::max(median(ts), table.t_us.empty() ? 0.0 : table.t_us.back()));
+        table.t_us.push_back(std::max(fastest(ts), table.t_us.empty() ? 0.0 : table.t_us.back()));
     }
     if (table.rows.empty()) {
         m.clear(slot);
@@ -150,7 +156,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
                 if (t > 0) ts.push_back(t);
             }
             if (ts.empty()) continue;
-            slopes.push_back((median(ts) - table.t_us[k]) / (double(rows) * double(m.n_past(slot) - n_short)));
+            slopes.push_back((fastest(ts) - table.t_us[k]) / (double(rows) * double(m.n_past(slot) - n_short)));
         }
         table.attn_us = std::max(0.0, median(slopes));
     }
