@@ -61,6 +61,7 @@ class index_builder {
 
     const std::string & temp_path() const;  // where the file is written until finish(): datastore_temp_path(path)
     double t_sort_s() const;                // seconds in suffix sorting
+    double t_sort_cpu_s() const;            // CPU seconds of the sorting thread (differs from t_sort_s under load)
     double t_write_s() const;               // seconds writing (encoding, hashing, I/O)
 
   private:
@@ -108,6 +109,7 @@ struct corpus_build_summary {
     std::uint64_t  n_bytes         = 0;  // input bytes read
     double         t_tokenize_s    = 0;  // wall seconds reading and tokenizing
     double         t_sort_s        = 0;
+    double         t_sort_cpu_s    = 0;
     double         t_write_s       = 0;
 };
 

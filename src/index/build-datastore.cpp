@@ -137,6 +137,7 @@ corpus_build_summary build_datastore(const std::string & path, const std::vector
     }
     s.info         = builder.finish();
     s.t_sort_s     = builder.t_sort_s();
+    s.t_sort_cpu_s = builder.t_sort_cpu_s();
     s.t_write_s    = builder.t_write_s();
     s.t_tokenize_s = t_loop;
     return s;

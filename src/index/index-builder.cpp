@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -24,6 +25,12 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 struct xxh3_stream {
@@ -55,6 +62,7 @@ struct index_builder::impl {
     std::uint64_t        n_documents = 0;
     std::uint64_t        n_tokens    = 0;
     double               t_sort      = 0;
+    double               t_sort_cpu  = 0;
     double               t_write     = 0;
     bool                 finished    = false;
 
@@ -140,11 +148,13 @@ struct index_builder::impl {
         // Tokenizer threads leave freed batches in their malloc arenas; hand them back before the peak.
         malloc_trim(0);
 #endif
-        auto        t0 = std::chrono::steady_clock::now();
-        anon_buffer work(n * sw * sizeof(std::int32_t));
-        auto *      sa   = reinterpret_cast<std::int32_t *>(work.data());
+        auto         t0   = std::chrono::steady_clock::now();
+        const double cpu0 = thread_cpu_seconds();
+        anon_buffer  work(n * sw * sizeof(std::int32_t));
+        auto *       sa   = reinterpret_cast<std::int32_t *>(work.data());
         const std::uint64_t n_sa = sort_suffixes(text.data(), n, sw, sa);
         t_sort += seconds_since(t0);
+        t_sort_cpu += thread_cpu_seconds() - cpu0;
 
         t0 = std::chrono::steady_clock::now();
         fmt::shard_entry e{};
@@ -289,6 +299,10 @@ const std::string & index_builder::temp_path() const {
 
 double index_builder::t_sort_s() const {
     return impl_->t_sort;
+}
+
+double index_builder::t_sort_cpu_s() const {
+    return impl_->t_sort_cpu;
 }
 
 double index_builder::t_write_s() const {
