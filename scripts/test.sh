@@ -8,8 +8,9 @@ build=${BUILD_DIR:-build}
 scripts/setup-deps.sh
 ccache -M 5G >/dev/null 2>&1 || true
 echo "== configure ($build)"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREST_BUILD_TESTS=ON -DREST_BUILD_BENCH=ON >"$build.configure.log" 2>&1 \
-    || { tail -20 "$build.configure.log"; exit 1; }
+mkdir -p "$build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREST_BUILD_TESTS=ON -DREST_BUILD_BENCH=ON >"$build/configure.log" 2>&1 \
+    || { tail -20 "$build/configure.log"; exit 1; }
 echo "== build (first build compiles llama.cpp too: about 10-15 minutes on 2 cores)"
 start=$(date +%s)
 ninja -C "$build" -j "$(nproc)"
