@@ -36,8 +36,13 @@ int main(int argc, char ** argv) {
     init->add_option("--ctx", fp.n_ctx, "Context length")->capture_default_str();
     init->add_option("--seed", fp.seed, "Weight seed")->capture_default_str();
     init->add_option("--output-scale", fp.output_scale, "Output matrix init scale")->capture_default_str();
+    // The fixture draws token embeddings with standard deviation 1, made for inference tests; Adam moves each
+    // weight by about lr per step, so from-scratch training wants them at the scale of the other matrices.
+    float embd_std = 0.02f;
+    init->add_option("--embd-std", embd_std, "Token embedding init standard deviation")->capture_default_str();
     init->callback([&] {
         rest::write_fixture_model(init_out, fp);
+        rest::train::rescale_tensor(init_out, "token_embd.weight", embd_std);
         std::printf("wrote %s\n", init_out.c_str());
     });
 
@@ -55,6 +60,7 @@ int main(int argc, char ** argv) {
     train->add_option("--lr", tp.lr, "Peak learning rate")->capture_default_str();
     train->add_option("--lr-min", tp.lr_min, "Final learning rate (cosine)")->capture_default_str();
     train->add_option("--wd", tp.wd, "AdamW weight decay")->capture_default_str();
+    train->add_option("--beta2", tp.beta2, "AdamW beta2")->capture_default_str();
     train->add_option("--eval-every", tp.eval_every, "Steps between held-out evals/checkpoints")->capture_default_str();
     train->add_option("--eval-seqs", tp.eval_seqs, "Held-out sequences per periodic eval")->capture_default_str();
     train->add_option("--max-minutes", tp.max_minutes, "Stop early after this many minutes (0: never)")

@@ -3,6 +3,7 @@
 #include "rest/types.h"
 
 #include "ggml-opt.h"
+#include "gguf.h"
 #include "llama.h"
 
 #include <chrono>
@@ -22,8 +23,9 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 struct lr_state {
-    float lr = 0.0f;
-    float wd = 0.0f;
+    float lr    = 0.0f;
+    float wd    = 0.0f;
+    float beta2 = 0.999f;
 };
 
 ggml_opt_optimizer_params get_opt_pars(void * ud) {
@@ -31,15 +33,20 @@ ggml_opt_optimizer_params get_opt_pars(void * ud) {
     ggml_opt_optimizer_params p = ggml_opt_get_default_optimizer_params(nullptr);
     p.adamw.alpha = s->lr;
     p.adamw.wd    = s->wd;
+    p.adamw.beta2 = s->beta2;
     return p;
 }
 
-// Linear warm-up, then cosine decay from lr to lr_min over the remaining steps.
-float schedule(const train_params & p, std::int64_t step) {
+// Linear warm-up, then cosine decay from lr to lr_min over the remaining steps, or over the remaining time when
+// --max-minutes would stop training first (so a time-limited run still ends at lr_min).
+float schedule(const train_params & p, std::int64_t step, double minutes) {
     if (step < p.warmup) {
         return p.lr * (float) (step + 1) / (float) p.warmup;
     }
-    const double t = std::min(1.0, (double) (step - p.warmup) / (double) std::max<std::int64_t>(1, p.steps - p.warmup));
+    double t = std::min(1.0, (double) (step - p.warmup) / (double) std::max<std::int64_t>(1, p.steps - p.warmup));
+    if (p.max_minutes > 0) {
+        t = std::max(t, std::min(1.0, minutes / p.max_minutes));
+    }
     return p.lr_min + 0.5f * (p.lr - p.lr_min) * (float) (1.0 + std::cos(M_PI * t));
 }
 
@@ -118,6 +125,40 @@ void save_atomic(const llama_model * model, const std::string & path) {
 
 }  // namespace
 
+void rescale_tensor(const std::string & path, const std::string & name, float scale) {
+    ggml_context * data_ctx = nullptr;
+    gguf_init_params gp = {false, &data_ctx};
+    gguf_context * g = gguf_init_from_file(path.c_str(), gp);
+    if (!g) {
+        throw user_error("init: cannot read '" + path + "'");
+    }
+    ggml_tensor * t = ggml_get_tensor(data_ctx, name.c_str());
+    if (!t || t->type != GGML_TYPE_F32) {
+        gguf_free(g);
+        ggml_free(data_ctx);
+        throw user_error("init: '" + path + "' has no f32 tensor " + name);
+    }
+    auto * v = static_cast<float *>(t->data);
+    for (int64_t i = 0; i < ggml_nelements(t); ++i) {
+        v[i] *= scale;
+    }
+    // Rebuilt rather than edited: a GGUF read from a file keeps its tensor data in data_ctx, not in its own infos.
+    gguf_context * out = gguf_init_empty();
+    gguf_set_kv(out, g);
+    for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+        gguf_add_tensor(out, ggml_get_tensor(data_ctx, gguf_get_tensor_name(g, i)));
+    }
+    const std::string tmp = path + ".tmp";
+    const bool ok = gguf_write_to_file(out, tmp.c_str(), false);
+    gguf_free(out);
+    gguf_free(g);
+    ggml_free(data_ctx);
+    if (!ok) {
+        throw user_error("init: cannot write '" + tmp + "'");
+    }
+    std::filesystem::rename(tmp, path);
+}
+
 void quiet_logs() {
     llama_log_set([](ggml_log_level level, const char * text, void *) {
         if (level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR) {
@@ -167,7 +208,8 @@ void train_model(const train_params & p) {
     }
 
     lr_state lrs;
-    lrs.wd = p.wd;
+    lrs.wd    = p.wd;
+    lrs.beta2 = p.beta2;
     llama_opt_params op{};
     op.n_ctx_train     = 0;
     op.param_filter    = llama_opt_param_filter_all;
@@ -200,7 +242,7 @@ void train_model(const train_params & p) {
     double ema = 0.0;
     std::int64_t step = 0;
     for (; step < p.steps; ++step) {
-        lrs.lr = schedule(p, step);
+        lrs.lr = schedule(p, step, std::chrono::duration<double>(clock_type::now() - t0).count() / 60.0);
         ggml_opt_dataset_t ds = make_dataset(train_tokens, {pick(rng)}, p.n_ctx);
         llama_opt_epoch(ctx, ds, rt, re, 1, nullptr, nullptr);
         ggml_opt_dataset_free(ds);

@@ -28,6 +28,7 @@ struct train_params {
     float         lr           = 1e-3f;   // peak AdamW learning rate
     float         lr_min       = 1e-4f;   // end of the cosine decay
     float         wd           = 0.0f;    // AdamW weight decay
+    float         beta2        = 0.99f;   // AdamW second-moment decay: 0.99 reacts faster to rare large gradients
     std::int64_t  eval_every   = 250;     // steps between held-out evaluations and checkpoints
     std::int32_t  eval_seqs    = 64;      // held-out sequences per periodic evaluation (the final one uses all)
     double        max_minutes  = 0.0;     // stop early (and checkpoint) after this wall time; 0 = no limit
@@ -35,6 +36,9 @@ struct train_params {
 };
 
 void train_model(const train_params & params);
+
+// Multiplies one f32 tensor of a GGUF in place (atomically rewritten).
+void rescale_tensor(const std::string & path, const std::string & name, float scale);
 
 // llama.cpp logs only warnings and errors from here on.
 void quiet_logs();
