@@ -4,7 +4,7 @@
 // replayed in order and each finished output enters the history store, as in a server.
 //
 //   bench-draft-acceptance -m MODEL.gguf --index A.idx --prompts B.jsonl [--field prompt] --generations GEN.jsonl
-//                          [--budgets 8,16,32,64] [--alpha A] [--weights DS,CTX,HIST]
+//                          [--budgets 8,16,32,64] [--alpha DS,CTX,HIST] [--weights DS,CTX,HIST]
 //
 // GEN.jsonl is `rest generate -f B.jsonl --field prompt --no-spec --json` output (one record per prompt, in order,
 // with "tokens"). Prompts are tokenized as rest generate does (BOS added, special tokens parsed).
@@ -76,7 +76,7 @@ std::vector<std::string> split(const std::string & s, char sep) {
 
 int main(int argc, char ** argv) {
     std::string model, index, prompts_path, field = "prompt", gen_path, budgets_arg = "8,16,32,64", weights_arg;
-    double      alpha = 0;
+    std::string alpha_arg;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
         if (a == "-m") model = v;
@@ -85,7 +85,7 @@ int main(int argc, char ** argv) {
         else if (a == "--field") field = v;
         else if (a == "--generations") gen_path = v;
         else if (a == "--budgets") budgets_arg = v;
-        else if (a == "--alpha") alpha = std::stod(v);
+        else if (a == "--alpha") alpha_arg = v;
         else if (a == "--weights") weights_arg = v;
         else {
             std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -94,7 +94,7 @@ int main(int argc, char ** argv) {
     }
     if (model.empty() || index.empty() || prompts_path.empty() || gen_path.empty()) {
         std::fprintf(stderr, "usage: %s -m MODEL --index IDX --prompts B.jsonl --generations GEN.jsonl "
-                             "[--field prompt] [--budgets 8,16] [--alpha A] [--weights DS,CTX,HIST]\n", argv[0]);
+                             "[--field prompt] [--budgets 8,16] [--alpha DS,CTX,HIST] [--weights DS,CTX,HIST]\n", argv[0]);
         return 1;
     }
     try {
@@ -113,6 +113,10 @@ int main(int argc, char ** argv) {
                 const auto gj = nlohmann::json::parse(gl);
                 samples.push_back({tok->tokenize(pj.at(field).get<std::string>(), true, true),
                                    gj.at("tokens").get<std::vector<token_id>>()});
+                if (gj.contains("n_prompt") && gj["n_prompt"].get<std::size_t>() != samples.back().prompt.size()) {
+                    std::fprintf(stderr, "warning: prompt %zu tokenizes to %zu tokens, the generation saw %zu\n",
+                                 samples.size() - 1, samples.back().prompt.size(), gj["n_prompt"].get<std::size_t>());
+                }
             }
         }
         std::uint64_t n_out = 0;
@@ -137,7 +141,12 @@ int main(int argc, char ** argv) {
                 p.use_datastore = c.ds;
                 p.use_context   = c.ctx;
                 p.use_history   = c.hist;
-                p.alpha         = alpha;
+                if (!alpha_arg.empty()) {
+                    const auto al     = split(alpha_arg, ',');
+                    p.alpha_datastore = std::stod(al.at(0));
+                    p.alpha_context   = std::stod(al.at(1));
+                    p.alpha_history   = std::stod(al.at(2));
+                }
                 if (!weights_arg.empty()) {
                     const auto w       = split(weights_arg, ',');
                     p.weight_datastore = std::stod(w.at(0));

@@ -53,7 +53,7 @@ struct ref_source {
 };
 
 ref_source ref_sa_source(const std::vector<const std::vector<token_id> *> & texts, std::span<const token_id> ctx,
-                         const drafter_params & p) {
+                         const drafter_params & p, double alpha) {
     ref_source s;
     const int  k = rest_ref::longest_suffix(texts, ctx, p.n_match_max);
     if (k < p.n_match_min) {
@@ -61,7 +61,7 @@ ref_source ref_sa_source(const std::vector<const std::vector<token_id> *> & text
     }
     s.match_len = k;
     const auto conts = rest_ref::continuations(texts, ctx.last(static_cast<std::size_t>(k)), p.depth_max);
-    s.all = rest_ref::score_all(rest_ref::count_prefixes(conts, p.depth_max), conts.size(), p.alpha);
+    s.all = rest_ref::score_all(rest_ref::count_prefixes(conts, p.depth_max), conts.size(), alpha);
     return s;
 }
 
@@ -73,7 +73,7 @@ ref_source ref_context_source(std::span<const token_id> ctx, const drafter_param
         return s;
     }
     s.match_len = m.len;
-    s.all = rest_ref::score_all(rest_ref::count_prefixes(m.conts, p.depth_max), m.conts.size(), p.alpha);
+    s.all = rest_ref::score_all(rest_ref::count_prefixes(m.conts, p.depth_max), m.conts.size(), p.alpha_context);
     return s;
 }
 
@@ -189,7 +189,9 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
         p.n_match_min       = std::min(p.n_match_max, 1 + round % 3);
         p.depth_max         = std::vector<int>{1, 4, 10}[(round / 3) % 3];
         p.n_budget_max      = 48;
-        p.alpha             = (round % 4 == 1) ? 0.7 : 0.0;
+        p.alpha_datastore   = (round % 4 == 1) ? 0.7 : 0.0;
+        p.alpha_context     = (round % 3 == 1) ? 0.5 : 0.0;
+        p.alpha_history     = (round % 2 == 1) ? 1.5 : 0.0;
         p.weight_context    = (round % 4 == 2) ? 0.5 : 1.0;
         p.weight_history    = (round % 4 == 3) ? 0.8 : 1.0;
         p.n_context_occ_max = (round % 5 == 0) ? 3 : 256;
@@ -213,9 +215,9 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
             check_invariants(tree, n_budget, p, where);
 
             const int n = std::min(n_budget, p.n_budget_max);
-            const ref_source r_ds   = ref_sa_source(texts, ctx, p);
+            const ref_source r_ds   = ref_sa_source(texts, ctx, p, p.alpha_datastore);
             const ref_source r_ctx  = ref_context_source(ctx, p);
-            const ref_source r_hist = ref_sa_source({&hist_text}, ctx, p);
+            const ref_source r_hist = ref_sa_source({&hist_text}, ctx, p, p.alpha_history);
             ASSERT_EQ(st.match_len_datastore, r_ds.match_len) << where;
             ASSERT_EQ(st.match_len_context, r_ctx.match_len) << where;
             ASSERT_EQ(st.match_len_history, r_hist.match_len) << where;
@@ -302,6 +304,7 @@ TEST(draft_drafter, finish_feeds_the_history_store) {
     drafter_params p;
     p.use_datastore = false;
     p.use_context   = false;
+    p.alpha_history = 0;  // plain count ratios: a single occurrence predicts with probability 1
     drafter dr(nullptr, &hist, p);
     const std::vector<token_id> prompt = {1, 2, 3};
     const std::vector<token_id> output = {7, 8, 9, 10, 11};

@@ -99,7 +99,7 @@ struct drafter::impl {
 
 drafter::drafter(const datastore * ds, history_store * history, drafter_params params) {
     if (params.n_match_min < 1 || params.n_match_max < params.n_match_min || params.depth_max < 1 ||
-        params.n_budget_max < 0 || params.alpha < 0) {
+        params.n_budget_max < 0 || params.alpha_datastore < 0 || params.alpha_context < 0 || params.alpha_history < 0) {
         throw std::invalid_argument("drafter: need 1 <= n_match_min <= n_match_max, depth_max >= 1, "
                                     "n_budget_max >= 0 and alpha >= 0");
     }
@@ -141,7 +141,6 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
     expand_params      ep;
     ep.n_top       = std::clamp(n_budget, 0, d.p.n_budget_max);
     ep.depth_max   = d.p.depth_max;
-    ep.alpha       = d.p.alpha;
     ep.scan_max    = d.p.scan_max;
     ep.n_probe_max = d.p.n_probe_max;
 
@@ -155,6 +154,7 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         t_match += us_since(tm);
         if (m > 0) {
             ep.weight = d.p.weight_datastore;
+            ep.alpha  = d.p.alpha_datastore;
             t_ds      = &expand_cached(d.x_ds, d.cache_ds, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
         }
         st.match_len_datastore   = m;
@@ -168,6 +168,7 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
             const auto w = static_cast<std::size_t>(d.p.depth_max);
             d.ctx.continuation_rows(w, d.rows);
             ep.weight              = d.p.weight_context;
+            ep.alpha               = d.p.alpha_context;
             t_ctx                  = &d.x_ctx.expand_rows(d.rows, w, ep);
             st.match_len_context   = d.ctx.match_len();
             st.match_count_context = t_ctx->root_count;
@@ -179,6 +180,7 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         t_match += us_since(tm);
         if (m > 0) {
             ep.weight = d.p.weight_history;
+            ep.alpha  = d.p.alpha_history;
             t_hist    = &expand_cached(d.x_hist, d.cache_hist, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
         }
         st.match_len_history   = m;
