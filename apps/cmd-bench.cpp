@@ -82,6 +82,11 @@ std::vector<rest::token_id> tokenize_chat(const session & s, const std::string &
 void run_bench(const bench_args & a) {
     if (a.out.empty()) throw rest::user_error("--out DIR is required");
     const auto methods = bench::parse_methods(a.methods);
+    for (const auto & m : methods) {
+        if (m.type == bench::method_spec::kind::rest && m.use_datastore && a.sp.index_path.empty()) {
+            throw rest::user_error("method '" + m.name + "' needs a datastore (--index)");
+        }
+    }
     auto       records = read_prompt_file(a.prompts, a.field);
     if (a.n_prompts >= 0 && (size_t) a.n_prompts < records.size()) records.resize((size_t) a.n_prompts);
     std::error_code ec;

@@ -61,7 +61,7 @@ set output "$dir/cost.png"
 set title "Cost model: forward-pass time for N rows, relative to one row -- $title" noenhanced
 set xlabel "rows in the forward pass (root + draft nodes)"
 set ylabel "t(N) / t(1)"
-set logscale x 2
+set logscale xy 2
 set grid
 set key top left
 plot "$dir/cost.tsv" using 1:3 with linespoints lw 2 pt 7 title "measured t(N)/t(1)", \

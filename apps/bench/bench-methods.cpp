@@ -80,9 +80,6 @@ class rest_runner final : public method_runner {
         dp_.use_datastore = m.use_datastore && s.datastore() != nullptr;
         dp_.use_context   = m.use_context;
         dp_.use_history   = m.use_history;
-        if (m.use_datastore && !s.datastore()) {
-            throw rest::user_error("method '" + m.name + "' needs a datastore (--index)");
-        }
         if (m.n_fixed >= 0) {
             policy_      = std::make_unique<rest::fixed_budget>(m.n_fixed);
             n_draft_max_ = m.n_fixed;

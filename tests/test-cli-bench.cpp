@@ -1,0 +1,177 @@
+// `rest bench` end to end on fixture models: it writes a valid results.json (every method, every prompt), the
+// Markdown table and the plot tables; every rest method's greedy output equals plain's on every prompt; a datastore
+// holding the model's own output makes rest draft and accept; multi-turn records run turn 2 on the model's own
+// answer (through the chat template when the vocabulary has one, by concatenation otherwise); bad method lists fail
+// with a one-line error. No timing is asserted.
+#include "cli-util.h"
+#include "test-util.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using rest_test::run_cli;
+using rest_test::shell_quote;
+
+namespace {
+
+// Drops bytes that do not form valid UTF-8 (index build refuses such files; a random model emits byte tokens).
+std::string valid_utf8(const std::string & s) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = (unsigned char) s[i];
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        bool ok = n > 0 && i + n <= s.size();
+        for (size_t k = 1; ok && k < n; ++k) ok = ((unsigned char) s[i + k] >> 6) == 0x2;
+        if (ok) out.append(s, i, n);
+        i += ok ? n : 1;
+    }
+    return out;
+}
+
+class bench_cli : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        bin_ = rest_test::rest_bin();
+        ASSERT_TRUE(fs::exists(bin_)) << "rest binary not found at " << bin_;
+        dir_ = rest_test::tmp_dir() + "/cli-bench-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+    rest_test::cli_result run(const std::string & args) { return run_cli(bin_, args, dir_); }
+
+    // A JSONL prompt file, and a datastore of the prompts followed by the model's own greedy continuations.
+    void make_inputs(const std::string & model, const std::vector<std::string> & prompts, int n) {
+        prompts_ = dir_ + "/prompts.jsonl";
+        {
+            std::ofstream f(prompts_);
+            for (const auto & p : prompts) f << nlohmann::json{{"prompt", p}}.dump() << "\n";
+        }
+        // One plain `rest generate -p` per prompt: stdout is the prompt, its continuation and a newline, raw bytes
+        // (a random model's text need not be valid UTF-8, so not --json; invalid bytes are dropped).
+        std::ofstream corpus(dir_ + "/corpus.txt");
+        for (const auto & p : prompts) {
+            const auto g = run("generate -m " + shell_quote(model) + " -p " + shell_quote(p) + " -n " +
+                               std::to_string(n) + " --no-spec -t 1");
+            ASSERT_EQ(g.code, 0) << g.err;
+            ASSERT_TRUE(g.out.starts_with(p));
+            corpus << valid_utf8(g.out) << "\n";
+        }
+        corpus.close();
+        index_ = dir_ + "/own.idx";
+        const auto b = run("index build -m " + shell_quote(model) + " -o " + shell_quote(index_) +
+                           " --split-paragraphs " + shell_quote(dir_ + "/corpus.txt"));
+        ASSERT_EQ(b.code, 0) << b.err;
+    }
+
+    nlohmann::json read_json(const std::string & path) {
+        std::ifstream in(path);
+        EXPECT_TRUE(in) << path;
+        return nlohmann::json::parse(in);
+    }
+
+    std::string bin_, dir_, prompts_, index_;
+};
+
+const nlohmann::json * method(const nlohmann::json & j, const std::string & name) {
+    for (const auto & m : j["methods"]) {
+        if (m["name"] == name) return &m;
+    }
+    return nullptr;
+}
+
+TEST_F(bench_cli, writes_results_and_rest_output_equals_plain) {
+    rest::fixture_params p;
+    const std::string    model = rest_test::fixture_model(p);
+    const std::vector<std::string> prompts = {"The quick brown fox", "int main(void) {", "Once upon a time"};
+    make_inputs(model, prompts, 40);
+    const std::string out     = dir_ + "/out";
+    const std::string methods = "plain,llama-plain,rest,rest-datastore,rest-context,rest@8,ngram-cache,ngram-simple,ngram-mod";
+    const auto r = run("bench -m " + shell_quote(model) + " --index " + shell_quote(index_) + " --prompts " +
+                       shell_quote(prompts_) + " -n 40 -t 1 --quiet --methods " + methods + " --out " + shell_quote(out));
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const char * f : {"results.json", "results.md", "speedup.tsv", "accept.tsv", "cost.tsv"}) {
+        EXPECT_TRUE(fs::exists(out + "/" + f) && fs::file_size(out + "/" + f) > 0) << f;
+    }
+    const auto j = read_json(out + "/results.json");
+    ASSERT_EQ(j["methods"].size(), 9u);
+    ASSERT_EQ(j["cases"].size(), prompts.size());
+    EXPECT_TRUE(j["machine"].contains("loadavg_start"));
+    EXPECT_FALSE(j["cost_table"]["rows"].empty());
+    for (const auto & m : j["methods"]) {
+        const std::string name = m["name"];
+        SCOPED_TRACE(name);
+        EXPECT_EQ(m["n_cases"].get<int>(), (int) prompts.size());
+        EXPECT_EQ(m["n_tokens"].get<int>(), 40 * (int) prompts.size()) << "the fixture never emits EOG this early";
+        EXPECT_GT(m["M"].get<double>(), 0.0);
+        EXPECT_EQ(m["speedup_per_case"].size(), prompts.size());
+        if (name.starts_with("rest") || name == "plain") {
+            EXPECT_EQ(m["n_compared"].get<int>(), (int) prompts.size());
+            EXPECT_TRUE(m["output_equals_plain"].get<bool>()) << "first differing token per case: "
+                                                              << m["first_diff_per_case"].dump();
+        }
+        for (const auto & c : j["cases"]) EXPECT_TRUE(c["methods"].contains(name));
+    }
+    // The datastore holds each prompt's own continuation: rest drafts it and needs fewer forward passes than plain.
+    const auto * plain = method(j, "plain");
+    const auto * fixed = method(j, "rest@8");
+    ASSERT_TRUE(plain && fixed);
+    EXPECT_GT((*fixed)["n_accepted"].get<int>(), 0);
+    EXPECT_GT((*fixed)["M"].get<double>(), 1.5 * (*plain)["M"].get<double>());
+    EXPECT_EQ((*plain)["n_drafted"].get<int>(), 0);
+    // The Markdown table has a row per method.
+    std::ifstream md(out + "/results.md");
+    std::string   text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+    for (const auto & m : j["methods"]) {
+        EXPECT_NE(text.find("| " + m["name"].get<std::string>() + " |"), std::string::npos) << m["name"];
+    }
+}
+
+TEST_F(bench_cli, multi_turn_records_run_turn_two_on_the_models_answer) {
+    for (const std::string vocab : {"llama-spm", "qwen2"}) {
+        SCOPED_TRACE(vocab);
+        rest::fixture_params p;
+        p.vocab = vocab;
+        const std::string model   = rest_test::fixture_model(p);
+        const std::string prompts = dir_ + "/mt-" + vocab + ".jsonl";
+        std::ofstream(prompts) << R"({"turns": ["Write a haiku about rain.", "Now make it rhyme."]})" << "\n"
+                               << R"({"turns": ["What is 2+2?", "And times 3?"]})" << "\n";
+        const std::string out = dir_ + "/out-" + vocab;
+        const auto r = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts) +
+                           " --field turns -n 12 -t 1 --quiet --methods plain,rest-context,llama-plain --out " +
+                           shell_quote(out));
+        ASSERT_EQ(r.code, 0) << r.err;
+        const auto j = read_json(out + "/results.json");
+        ASSERT_EQ(j["cases"].size(), 4u);
+        EXPECT_EQ(j["cases"][1]["turn"].get<int>(), 1);
+        // Turn 2 carries turn 1, the answer and the new question.
+        EXPECT_GT(j["cases"][1]["n_prompt"].get<int>(), j["cases"][0]["n_prompt"].get<int>() + 12);
+        const std::string mode = j["prompts"]["chat_template"];
+        if (vocab == "qwen2") {
+            EXPECT_EQ(mode, "the model's chat template");
+        } else {
+            EXPECT_NE(mode.find("no chat template"), std::string::npos) << mode;
+        }
+        EXPECT_TRUE((*method(j, "rest-context"))["output_equals_plain"].get<bool>());
+    }
+}
+
+TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
+    rest::fixture_params p;
+    const std::string    model   = rest_test::fixture_model(p);
+    const std::string    prompts = dir_ + "/p.jsonl";
+    std::ofstream(prompts) << R"({"prompt": "hello"})" << "\n";
+    const std::string base = "bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts) + " -n 4 --out " +
+                             shell_quote(dir_ + "/out") + " --methods ";
+    for (const char * bad : {"plain,nosuch", "ngram-cache@8", "rest@x", "plain,plain", "rest-datastore"}) {
+        const auto r = run(base + bad);  // rest-datastore without --index
+        EXPECT_TRUE(r.one_line_error()) << bad << ": code " << r.code << " stderr: " << r.err;
+    }
+    const auto r = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(dir_ + "/missing.jsonl") +
+                       " --out " + shell_quote(dir_ + "/out"));
+    EXPECT_TRUE(r.one_line_error()) << r.err;
+}
+
+}  // namespace
