@@ -12,7 +12,7 @@ cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRESTCPP_LLAMA_
 grep -q "llama.cpp from $llama" "$work/llama-dir-configure.log" || { echo "configure did not use $llama"; exit 1; }
 ninja -C "$build" rest-cli >"$work/llama-dir-build.log" 2>&1 || { tail -20 "$work/llama-dir-build.log"; exit 1; }
 "$build/bin/rest" fixture -o "$work/llama-dir-fixture.gguf" >/dev/null
-out=$("$build/bin/rest" generate -m "$work/llama-dir-fixture.gguf" -p "Hello" -n 8 --no-spec --json -t 2)
+out=$("$build/bin/rest" generate -m "$work/llama-dir-fixture.gguf" -p "Hello" -n 8 --no-spec --json -t 1)
 echo "$out" | grep -q '"n_tokens":8' || { echo "unexpected output: $out"; exit 1; }
 # A path that is not a llama.cpp checkout fails at configure time with one clear line.
 if cmake -S "$src" -B "$work/llama-dir-bad" -DRESTCPP_LLAMA_DIR=/nonexistent >"$work/llama-dir-bad.log" 2>&1; then

@@ -60,7 +60,7 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
 
 TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
     const std::string prompt = "The quick brown fox";
-    const auto plain = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) + " -n 48 --no-spec --json -t 2");
+    const auto plain = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) + " -n 48 --no-spec --json -t 1");
     ASSERT_EQ(plain.code, 0) << plain.err;
     const auto pj = nlohmann::json::parse(plain.out);
     for (const char * k : {"text", "tokens", "n_tokens", "n_forward", "tokens_per_forward", "ms_per_token",
@@ -78,7 +78,7 @@ TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
     const auto b = run("index build -m " + shell_quote(model_) + " -o " + shell_quote(idx) + " " + shell_quote(corpus));
     ASSERT_EQ(b.code, 0) << b.err;
     const auto spec = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) +
-                          " -n 48 --json -t 2 --draft-fixed 8 --index " + shell_quote(idx));
+                          " -n 48 --json -t 1 --draft-fixed 8 --index " + shell_quote(idx));
     ASSERT_EQ(spec.code, 0) << spec.err;
     const auto sj = nlohmann::json::parse(spec.out);
     EXPECT_EQ(sj["tokens"], pj["tokens"]);

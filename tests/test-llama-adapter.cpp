@@ -117,7 +117,7 @@ std::vector<llama_token> reference_greedy(const std::string & path, const std::v
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx     = 512;
     cp.n_batch   = 512;
-    cp.n_threads = cp.n_threads_batch = 2;
+    cp.n_threads = cp.n_threads_batch = 1;
     llama_context * ctx = llama_init_from_model(model, cp);
     llama_sampler * smpl = llama_sampler_init_greedy();
     std::vector<llama_token> tokens = prompt;
@@ -140,7 +140,7 @@ std::vector<llama_token> reference_greedy(const std::string & path, const std::v
 std::vector<token_id> adapter_greedy(const model & m, const std::vector<token_id> & prompt, int n) {
     context_params cp;
     cp.n_ctx     = 512;
-    cp.n_threads = 2;
+    cp.n_threads = 1;
     auto           ctx = m.new_context(cp);
     greedy_sampler sampler;
     decoder        dec(*ctx, nullptr);

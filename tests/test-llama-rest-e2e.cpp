@@ -9,6 +9,7 @@
 #include "rest/history-store.h"
 #include "rest/index-builder.h"
 #include "rest/llama-model.h"
+#include "near-tie.h"
 #include "test-util.h"
 
 #include <nlohmann/json.hpp>
@@ -17,65 +18,11 @@
 #include <random>
 
 using namespace rest;
+using rest_test::generate_greedy;
+using rest_test::greedy_run;
+using rest_test::lossless_tally;
 
 namespace {
-
-constexpr float k_tie_eps = 1e-2f;
-
-class gap_recorder final : public token_sampler {
-  public:
-    token_id sample(std::span<const float> l) override {
-        float a = -1e30f, b = -1e30f;
-        for (float v : l) {
-            if (v > a) { b = a; a = v; } else if (v > b) { b = v; }
-        }
-        gaps.push_back(a - b);
-        return argmax(l);
-    }
-    void accept(token_id) override {}
-    bool is_greedy() const override { return true; }
-    std::vector<float> gaps;
-};
-
-struct outcome {
-    std::vector<token_id> tokens;
-    std::vector<float>    gaps;
-    generation_stats      stats;
-};
-
-outcome generate(const model & m, target_model & ctx, std::span<const token_id> prompt, int n, draft_provider * d,
-                 budget_policy * policy) {
-    gap_recorder s;
-    decoder      dec(ctx, policy);
-    request      r;
-    r.params.n_predict   = n;
-    r.params.n_draft_max = d ? 64 : 0;
-    r.sampler            = &s;
-    r.draft              = d;
-    r.is_eog             = [&](token_id t) { return m.is_eog(t); };
-    dec.run(r, prompt);
-    return {r.output, s.gaps, r.stats};
-}
-
-struct tally {
-    int    prompts = 0, exact = 0, near_ties = 0;
-    double tokens = 0, forwards = 0;
-};
-
-void compare(const outcome & plain, const outcome & spec, tally & t, const std::string & what) {
-    ++t.prompts;
-    t.tokens += (double) spec.stats.n_tokens;
-    t.forwards += (double) spec.stats.n_forward;
-    const auto mm = std::mismatch(plain.tokens.begin(), plain.tokens.end(), spec.tokens.begin(), spec.tokens.end());
-    if (mm.first == plain.tokens.end() && mm.second == spec.tokens.end()) {
-        ++t.exact;
-        return;
-    }
-    const size_t k = mm.first - plain.tokens.begin();
-    ASSERT_LT(k, plain.gaps.size()) << what << ": outputs differ in length only";
-    ASSERT_LT(plain.gaps[k], k_tie_eps) << what << ": divergence at token " << k << " with top-2 gap " << plain.gaps[k];
-    ++t.near_ties;
-}
 
 TEST(rest_e2e, stories260k_tinystories_all_prompts_b) {
     const std::string data = rest_test::shared_data();
@@ -99,19 +46,19 @@ TEST(rest_e2e, stories260k_tinystories_all_prompts_b) {
 
     std::ifstream in(data + "/prompts/tinystories-B.jsonl");
     std::string   line;
-    tally         t;
+    lossless_tally t;
     while (std::getline(in, line)) {
         const auto prompt = m->vocab().tokenize(nlohmann::json::parse(line)["prompt"].get<std::string>(), true, false);
-        const outcome plain = generate(*m, *ctx, prompt, 128, nullptr, nullptr);
+        const greedy_run plain = generate_greedy(*m, *ctx, prompt, 128, nullptr, 0, nullptr);
         drafter d(ds.get(), &history, drafter_params{});
-        const outcome spec = generate(*m, *ctx, prompt, 128, &d, &budget);
-        compare(plain, spec, t, "prompt " + std::to_string(t.prompts));
+        const greedy_run spec = generate_greedy(*m, *ctx, prompt, 128, &d, 64, &budget);
+        rest_test::expect_lossless(plain, spec, t, "prompt " + std::to_string(t.cases));
         if (HasFatalFailure()) return;
     }
     std::printf("stories260K / tinystories-B: %d prompts, %d identical, %d near-tie divergences, M = %.2f tokens per "
-                "forward (budget 16)\n", t.prompts, t.exact, t.near_ties, t.tokens / t.forwards);
-    EXPECT_EQ(t.prompts, 106);
-    EXPECT_GT(t.tokens / t.forwards, 2.5);
+                "forward (budget 16)\n", t.cases, t.exact, t.near_ties, t.tokens_per_forward());
+    EXPECT_EQ(t.cases, 106);
+    EXPECT_GT(t.tokens_per_forward(), 2.5);
 }
 
 TEST(rest_e2e, fixture_datastore_from_its_own_greedy_output) {
@@ -122,16 +69,16 @@ TEST(rest_e2e, fixture_datastore_from_its_own_greedy_output) {
         const auto m = model::load(rest_test::fixture_model(p));
         context_params cp;
         cp.n_ctx = 256;
-        cp.n_threads = 2;
+        cp.n_threads = 1;
         auto ctx = m->new_context(cp);
         std::mt19937_64 rng(5);
         std::vector<std::vector<token_id>> prompts, docs;
-        std::vector<outcome> plains;
+        std::vector<greedy_run> plains;
         const int n_prompts = std::string(vocab) == "qwen2" ? 4 : 16;
         for (int i = 0; i < n_prompts; ++i) {
             std::vector<token_id> pr(std::uniform_int_distribution<int>(2, 8)(rng));
             for (auto & tk : pr) tk = std::uniform_int_distribution<int>(100, m->info().n_vocab - 1)(rng);
-            plains.push_back(generate(*m, *ctx, pr, 96, nullptr, nullptr));
+            plains.push_back(generate_greedy(*m, *ctx, pr, 96, nullptr, 0, nullptr));
             std::vector<token_id> doc = pr;
             doc.insert(doc.end(), plains.back().tokens.begin(), plains.back().tokens.end());
             docs.push_back(doc);
@@ -142,15 +89,16 @@ TEST(rest_e2e, fixture_datastore_from_its_own_greedy_output) {
         const auto ds = datastore::open(idx, m->vocab().fingerprint());
         history_store history;
         fixed_budget  budget(24);
-        tally t;
+        lossless_tally t;
         for (int i = 0; i < n_prompts; ++i) {
             drafter d(ds.get(), &history, drafter_params{});
-            compare(plains[i], generate(*m, *ctx, prompts[i], 96, &d, &budget), t, std::string(vocab) + " " + std::to_string(i));
+            rest_test::expect_lossless(plains[i], generate_greedy(*m, *ctx, prompts[i], 96, &d, 64, &budget), t,
+                                       std::string(vocab) + " " + std::to_string(i));
             if (HasFatalFailure()) return;
         }
-        std::printf("%s own-output datastore: %d prompts, %d identical, %d near ties, M = %.2f\n", vocab, t.prompts,
-                    t.exact, t.near_ties, t.tokens / t.forwards);
-        EXPECT_GT(t.tokens / t.forwards, 4.0) << "drafts from the model's own output should be accepted at length";
+        std::printf("%s own-output datastore: %d prompts, %d identical, %d near ties, M = %.2f\n", vocab, t.cases,
+                    t.exact, t.near_ties, t.tokens_per_forward());
+        EXPECT_GT(t.tokens_per_forward(), 4.0) << "drafts from the model's own output should be accepted at length";
     }
 }
 

@@ -5,32 +5,17 @@
 // k_tie_eps a flip is arithmetic. The test checks that condition at the exact divergence point.
 #include "rest/decoder.h"
 #include "rest/llama-model.h"
+#include "near-tie.h"
 #include "test-util.h"
 
 #include <algorithm>
 #include <random>
 
 using namespace rest;
+using rest_test::greedy_run;
+using rest_test::lossless_tally;
 
 namespace {
-
-constexpr float k_tie_eps = 1e-2f;
-
-// Greedy sampler that records, for every emitted token, the gap between the top two logits.
-class gap_recorder final : public token_sampler {
-  public:
-    token_id sample(std::span<const float> l) override {
-        float a = -1e30f, b = -1e30f;
-        for (float v : l) {
-            if (v > a) { b = a; a = v; } else if (v > b) { b = v; }
-        }
-        gaps.push_back(a - b);
-        return argmax(l);
-    }
-    void accept(token_id) override {}
-    bool is_greedy() const override { return true; }
-    std::vector<float> gaps;
-};
 
 // Proposes the reference continuation (from the plain run) with probability p per token, plus random branches.
 class replay_drafter final : public draft_provider {
@@ -75,56 +60,14 @@ class replay_drafter final : public draft_provider {
     size_t n_prompt_ = 0, n_ctx_ = 0;
 };
 
-struct gen {
-    std::vector<token_id> tokens;
-    std::vector<float>    gaps;
-    generation_stats      stats;
-};
-
-gen generate(const model & m, target_model & ctx, std::span<const token_id> prompt, int n, draft_provider * d,
-             int n_draft_max) {
-    gap_recorder s;
-    decoder      dec(ctx, nullptr);
-    request      r;
-    r.params.n_predict   = n;
-    r.params.n_draft_max = n_draft_max;
-    r.sampler            = &s;
-    r.draft              = d;
-    r.is_eog             = [&](token_id t) { return m.is_eog(t); };
-    dec.run(r, prompt);
-    return {r.output, s.gaps, r.stats};
-}
-
-struct tally {
-    int cases = 0, exact = 0, near_ties = 0;
-    long accepted = 0, long_paths = 0;
-};
-
-// Compares one speculative run against the plain run; fails unless identical or diverging at a near-tie.
-void compare(const gen & plain, const gen & spec, tally & t, const std::string & what) {
-    ++t.cases;
-    t.accepted += spec.stats.n_accepted;
-    for (size_t k = 4; k < spec.stats.accept_hist.size(); ++k) t.long_paths += spec.stats.accept_hist[k];
-    const auto mm = std::mismatch(plain.tokens.begin(), plain.tokens.end(), spec.tokens.begin(), spec.tokens.end());
-    if (mm.first == plain.tokens.end() && mm.second == spec.tokens.end()) {
-        ++t.exact;
-        return;
-    }
-    const size_t k = mm.first - plain.tokens.begin();
-    ASSERT_LT(k, plain.gaps.size()) << what << ": outputs differ in length only";
-    ASSERT_LT(plain.gaps[k], k_tie_eps) << what << ": divergence at token " << k << " where the plain run's top-2 gap is "
-                                        << plain.gaps[k] << " (not a near-tie)";
-    ++t.near_ties;
-}
-
-void run_cases(const std::string & vocab, int n_cases, int n_ctx, tally & t, std::uint64_t seed) {
+void run_cases(const std::string & vocab, int n_cases, int n_ctx, lossless_tally & t, std::uint64_t seed) {
     fixture_params p;
     p.vocab = vocab;
     p.seed  = 7;
     const auto m = model::load(rest_test::fixture_model(p));
     context_params cp;
     cp.n_ctx     = n_ctx;
-    cp.n_threads = 2;
+    cp.n_threads = 1;  // ctest runs suites in parallel: one thread each avoids ggml spin-waiting on a busy CPU
     auto ctx = m->new_context(cp);
     std::mt19937_64 rng(seed);
     const int n_vocab = m->info().n_vocab;
@@ -132,17 +75,18 @@ void run_cases(const std::string & vocab, int n_cases, int n_ctx, tally & t, std
         std::vector<token_id> prompt(std::uniform_int_distribution<int>(1, 12)(rng));
         for (auto & tk : prompt) tk = std::uniform_int_distribution<int>(100, n_vocab - 1)(rng);
         const int  n     = std::uniform_int_distribution<int>(8, n_ctx)(rng);  // sometimes runs into n_ctx
-        const gen  plain = generate(*m, *ctx, prompt, n, nullptr, 0);
+        const greedy_run plain = rest_test::generate_greedy(*m, *ctx, prompt, n, nullptr, 0, nullptr);
         replay_drafter d(plain.tokens, n_vocab, rng(), std::uniform_real_distribution<double>(0.5, 1.0)(rng),
                          std::uniform_int_distribution<int>(0, 10)(rng), std::uniform_int_distribution<int>(1, 12)(rng));
-        const gen spec = generate(*m, *ctx, prompt, n, &d, std::uniform_int_distribution<int>(1, 48)(rng));
-        compare(plain, spec, t, vocab + " case " + std::to_string(c));
+        const greedy_run spec =
+            rest_test::generate_greedy(*m, *ctx, prompt, n, &d, std::uniform_int_distribution<int>(1, 48)(rng), nullptr);
+        rest_test::expect_lossless(plain, spec, t, vocab + " case " + std::to_string(c));
         if (::testing::Test::HasFatalFailure()) return;
     }
 }
 
 TEST(verify_greedy, fixture_llama_spm_u16_vocab) {
-    tally t;
+    lossless_tally t;
     run_cases("llama-spm", 150, 256, t, 1);
     std::printf("llama-spm: %d cases, %d exact, %d near-tie divergences, %ld accepted draft tokens, %ld paths >= 4\n",
                 t.cases, t.exact, t.near_ties, t.accepted, t.long_paths);
@@ -151,7 +95,7 @@ TEST(verify_greedy, fixture_llama_spm_u16_vocab) {
 }
 
 TEST(verify_greedy, fixture_qwen2_vocab_above_65535) {
-    tally t;
+    lossless_tally t;
     run_cases("qwen2", 20, 96, t, 2);
     std::printf("qwen2: %d cases, %d exact, %d near-tie divergences, %ld accepted draft tokens, %ld paths >= 4\n",
                 t.cases, t.exact, t.near_ties, t.accepted, t.long_paths);
@@ -160,7 +104,7 @@ TEST(verify_greedy, fixture_qwen2_vocab_above_65535) {
 }
 
 TEST(verify_greedy, generation_into_n_ctx) {
-    tally t;
+    lossless_tally t;
     run_cases("llama-spm", 40, 48, t, 3);  // n up to n_ctx: most cases end on the context
     EXPECT_EQ(t.cases, 40);
 }
