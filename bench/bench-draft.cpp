@@ -3,8 +3,10 @@
 // report its p50 / p99 / p99.9 in microseconds (wall, and thread CPU time as cpu_*), plus how often the true next token is a root child of the tree
 // (first-token hit rate) and the mean matched length.
 //
-// Data: $REST_BENCH_DRAFT_DIR (default: <build>/bench-data/draft) with draft-<N>.idx and queries.bin. The queries
-// are held-out files fed token by token, as if the model were generating them.
+// Data: $REST_BENCH_DRAFT_DIR (default: <build>/bench-data/draft) with draft-<N>.idx, queries.bin and
+// queries-ood.bin. The queries are files fed token by token, as if the model were generating them: held-out files
+// of the indexed trees (near-duplicates abound in code: long matches, cheap steps) and files of another language
+// (short matches over huge ranges: the expensive steps).
 #include "rest/datastore.h"
 #include "rest/drafter.h"
 #include "rest/history-store.h"
@@ -50,7 +52,7 @@ std::vector<std::vector<token_id>> load_queries(const std::string & path) {
 
 struct bench_data {
     std::unique_ptr<datastore>         ds;
-    std::vector<std::vector<token_id>> queries;
+    std::vector<std::vector<token_id>> queries[2];  // held-out files of the same trees; other-language files
 };
 
 // Opens (once) the datastore of n tokens and touches every page of it, as a long-running server would have.
@@ -64,7 +66,8 @@ bench_data * data_for(std::int64_t n) {
         }
         slot          = std::make_unique<bench_data>();
         slot->ds      = datastore::open(path);
-        slot->queries = load_queries(data_dir() + "/queries.bin");
+        slot->queries[0] = load_queries(data_dir() + "/queries.bin");
+        slot->queries[1] = load_queries(data_dir() + "/queries-ood.bin");
         std::uint64_t sum = 0;
         for (const index_shard & s : slot->ds->shards()) {
             for (std::uint64_t pos = 0; pos < s.n_tokens(); pos += 1024) {
@@ -91,12 +94,16 @@ constexpr std::size_t k_prompt = 64;  // tokens of a query used as its prompt
 
 // Feeds the queries token by token. mode 0: datastore only; 1: datastore + context + history (the history store
 // receives each finished query, as a server's would).
-void run_steps(benchmark::State & state, bench_data & d, int mode, int n_budget) {
+void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budget, int query_set) {
+    struct {
+        datastore *                              ds;
+        const std::vector<std::vector<token_id>> & queries;
+    } d{data.ds.get(), data.queries[query_set]};
     drafter_params p;
     p.use_context = mode == 1;
     p.use_history = mode == 1;
     history_store hist({.n_tokens_max = 1 << 20});
-    drafter       dr(d.ds.get(), mode == 1 ? &hist : nullptr, p);
+    drafter       dr(d.ds, mode == 1 ? &hist : nullptr, p);
 
     std::size_t qi = 0, pos = 0;
     auto        next_query = [&] {
@@ -170,21 +177,24 @@ void run_steps(benchmark::State & state, bench_data & d, int mode, int n_budget)
 }
 
 void BM_draft_step(benchmark::State & state) {
-    bench_data * d = data_for(state.range(0));
-    if (!d || d->queries.empty()) {
-        state.SkipWithError(("no " + data_dir() + "/draft-" + std::to_string(state.range(0)) +
-                             ".idx or queries.bin: run bench-draft-corpus first (bench/draft.cmake)").c_str());
+    bench_data * d   = data_for(state.range(0));
+    const int    set = static_cast<int>(state.range(3));
+    if (!d || d->queries[set].empty()) {
+        state.SkipWithError(("no " + data_dir() + "/draft-" + std::to_string(state.range(0)) + ".idx or " +
+                             (set ? "queries-ood.bin" : "queries.bin") +
+                             ": run bench-draft-corpus first (bench/draft.cmake)").c_str());
         return;
     }
-    run_steps(state, *d, static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
+    run_steps(state, *d, static_cast<int>(state.range(1)), static_cast<int>(state.range(2)), set);
 }
 
 }  // namespace
 
-// Args: datastore tokens, mode (0: datastore only, 1: all sources), budget N.
+// Args: datastore tokens, mode (0: datastore only, 1: all sources), budget N, queries (0: held-out files of the
+// indexed trees, 1: files of another language).
 BENCHMARK(BM_draft_step)
-    ->ArgNames({"tokens", "all_sources", "N"})
-    ->ArgsProduct({{1000000, 10000000, 100000000}, {0, 1}, {16}})
+    ->ArgNames({"tokens", "all_sources", "N", "ood"})
+    ->ArgsProduct({{1000000, 10000000, 100000000}, {0, 1}, {16}, {0, 1}})
     ->UseManualTime()
     ->Iterations(30000)
     ->Unit(benchmark::kMicrosecond);

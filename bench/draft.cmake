@@ -1,6 +1,7 @@
 # Draft micro-benchmarks. bench-draft-corpus builds their datastores from real code with a vocabulary GGUF:
 #   bench-draft-corpus -m ~/.cache/rest.cpp/llama.cpp-80fb11a/models/ggml-vocab-llama-spm.gguf \
-#       -o <build>/bench-data/draft /usr/include /usr/lib/python3.11 /usr/share/fpcsrc
+#       -o <build>/bench-data/draft /usr/include /usr/lib/python3 /usr/lib/python3.11 /usr/share/fpcsrc \
+#       --ood /usr/share/perl /usr/lib/x86_64-linux-gnu/perl
 #   bench-draft --benchmark_counters_tabular=true
 add_executable(bench-draft bench-draft.cpp)
 target_link_libraries(bench-draft PRIVATE rest-core benchmark::benchmark)

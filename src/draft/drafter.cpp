@@ -26,9 +26,13 @@ double us_since(clock_type::time_point t0) {
 struct sa_source {
     std::span<const index_shard> shards;
     std::vector<sa_match>        matches;
+    std::vector<sa_bigram_memo>  memos;  // per shard; kept across requests while the shards stay the same
     std::size_t                  n_seen = 0;
 
-    void reset(std::span<const index_shard> s) {
+    void reset(std::span<const index_shard> s, bool same_shards) {
+        if (!same_shards || s.size() != memos.size()) {
+            memos.assign(s.size(), sa_bigram_memo{});
+        }
         shards = s;
         matches.assign(s.size(), sa_match{});
         n_seen = 0;
@@ -39,7 +43,7 @@ struct sa_source {
                sa_match_counters & counters) {
         int best = 0;
         for (std::size_t i = 0; i < shards.size(); ++i) {
-            sa_match_update(shards[i], matches[i], ctx, n_seen, p.n_match_max, &counters);
+            sa_match_update(shards[i], matches[i], ctx, n_seen, p.n_match_max, &counters, &memos[i]);
             best = std::max(best, matches[i].len);
         }
         n_seen = ctx.size();
@@ -121,10 +125,14 @@ void drafter::reset(std::span<const token_id> prompt) {
     d.ctx.reset(prompt);
     d.n_prompt = prompt.size();
     d.finished = false;
-    d.ds_src.reset(d.ds ? d.ds->shards() : std::span<const index_shard>{});
-    d.hsnap = d.history ? d.history->snapshot() : nullptr;
-    d.hist_src.reset(d.hsnap ? std::span<const index_shard>(d.hsnap->shards) : std::span<const index_shard>{});
-    d.cache_hist.clear();  // a new snapshot: its ranges mean other things (the datastore's cache stays valid)
+    d.ds_src.reset(d.ds ? d.ds->shards() : std::span<const index_shard>{}, true);  // a datastore never changes
+    auto snap = d.history ? d.history->snapshot() : nullptr;
+    const bool same = snap == d.hsnap;
+    d.hsnap = std::move(snap);
+    d.hist_src.reset(d.hsnap ? std::span<const index_shard>(d.hsnap->shards) : std::span<const index_shard>{}, same);
+    if (!same) {
+        d.cache_hist.clear();  // another snapshot: its ranges mean other things
+    }
     d.last = draft_stats{};
 }
 

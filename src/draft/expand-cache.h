@@ -16,7 +16,7 @@ namespace rest {
 
 class expand_cache {
   public:
-    explicit expand_cache(std::size_t capacity = 128) : capacity_(capacity) {}
+    explicit expand_cache(std::size_t capacity = 4096) : capacity_(capacity) {}
 
     // The cached tree for these roots, truncated to n_top, or nullptr. Valid until the next put().
     const cand_tree * find(std::span<const sa_root> roots, std::uint32_t depth0, int n_top) {

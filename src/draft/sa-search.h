@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 
 namespace rest {
 
@@ -18,6 +19,23 @@ sa_range sa_find(const index_shard & shard, sa_range r, std::size_t depth, std::
 
 // The pattern's range in the whole shard (uses the shard's first-token table when it has one).
 sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern);
+
+// Ranges of two-token prefixes already searched in one shard (a suffix array never changes, so they stay valid).
+// Searches start from the pattern's first two tokens' range: on a large index the rounds that narrow a frequent
+// first token down to a bigram are the costly ones, and bigrams recur. Bounded: cleared when full.
+class sa_bigram_memo {
+  public:
+    explicit sa_bigram_memo(std::size_t capacity = 1 << 15) : capacity_(capacity) {}
+    sa_range range(const index_shard & shard, token_id t0, token_id t1);
+    void     clear() { map_.clear(); }
+
+  private:
+    std::size_t                                  capacity_;
+    std::unordered_map<std::uint64_t, sa_range> map_;
+};
+
+// sa_find over the whole shard, starting from the memoized range of the pattern's first two tokens.
+sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern, sa_bigram_memo * memo);
 
 // The longest suffix of a context, of at most n_max tokens, that occurs in one shard.
 //
@@ -39,6 +57,6 @@ struct sa_match_counters {
 // match would pass n_max, the new length is bounded by what the failure proves (at most the old length plus the
 // tokens after the failure) and found by binary search on the length, where each probe is one sa_find.
 void sa_match_update(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
-                     int n_max, sa_match_counters * counters = nullptr);
+                     int n_max, sa_match_counters * counters = nullptr, sa_bigram_memo * memo = nullptr);
 
 }  // namespace rest

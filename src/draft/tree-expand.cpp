@@ -77,7 +77,13 @@ struct tree_expander::impl {
     std::vector<token_id>              arena_;
     std::vector<item>                  heap_;
     std::vector<sa_range>              gaps_;
-    std::vector<std::uint64_t>         pts_, keys_;
+    std::vector<std::uint64_t>         pts_, keys_, mids_;
+    struct bsearch {
+        std::uint64_t a, b;    // the answer lies in [a, b]; b satisfies the predicate (or is the end)
+        std::uint64_t key;
+        bool          strict;  // predicate: key_at > key (strict) or >= key
+    };
+    std::vector<bsearch> searches_;
 
     void begin(std::span<const sa_root> roots, std::uint32_t depth0, const expand_params & p) {
         roots_  = roots;
@@ -368,9 +374,10 @@ struct tree_expander::impl {
     }
 
     // Probes a gap at stride s: every run of length >= s inside it contains a probe. The probe keys are read
-    // first, all independent of each other (their cache misses overlap); then consecutive probes with equal keys
-    // form one run, whose two ends are binary-searched between it and the neighbouring probes (O(log s) each),
-    // instead of galloping over the whole run from each probe.
+    // first, all independent of each other (their cache misses overlap); consecutive probes with equal keys form
+    // one run, whose two ends lie between it and the neighbouring probes. Those ends are then found by binary
+    // searches that advance in lockstep, one step of every search per round, so each round's loads are
+    // independent too: the cost is about log2(s) memory latencies for the whole gap instead of per run.
     void probe_gap(std::int32_t v, std::size_t shard, sa_range gap, std::uint64_t s) {
         const index_shard & sh = *roots_[shard].shard;
         const auto          d  = static_cast<std::uint32_t>(depth0_ + static_cast<std::uint64_t>(node(v).depth));
@@ -383,42 +390,47 @@ struct tree_expander::impl {
             keys_.push_back(key_at(sh, sh.suffix(pos) + d));
         }
         out_.n_probes += pts_.size();
-        auto key_of = [&](std::uint64_t rank) { return key_at(sh, sh.suffix(rank) + d); };
-        std::uint64_t left = gap.lo;  // ranks in [gap.lo, left) are known to sort before the next group
+        // Two searches per group: its first rank (first key >= K after the previous probe) and its end (first key
+        // > K after its last probe). The upper end of each search interval is known to satisfy the predicate.
+        searches_.clear();
         for (std::size_t j = 0; j < pts_.size();) {
             std::size_t k = j;
             while (k + 1 < pts_.size() && keys_[k + 1] == keys_[j]) {
                 ++k;
             }
-            const std::uint64_t key = keys_[j];
-            // First rank with this key in [left, pts[j]].
-            std::uint64_t a = left, b = pts_[j];
-            if (a < b && key_of(a) == key) {
-                b = a;
-            }
-            while (a < b) {
-                const std::uint64_t mid = a + (b - a) / 2;
-                if (key_of(mid) < key) {
-                    a = mid + 1;
-                } else {
-                    b = mid;
+            searches_.push_back({j == 0 ? gap.lo : pts_[j - 1] + 1, pts_[j], keys_[j], false});
+            searches_.push_back({pts_[k] + 1, k + 1 < pts_.size() ? pts_[k + 1] : gap.hi, keys_[j], true});
+            j = k + 1;
+        }
+        for (;;) {
+            mids_.clear();
+            for (const bsearch & b : searches_) {
+                if (b.a < b.b) {
+                    mids_.push_back(b.a + (b.b - b.a) / 2);
                 }
             }
-            const std::uint64_t lo = a;
-            // First rank past it in [pts[k] + 1, right], right = the next group's first probe (or the gap's end).
-            a = pts_[k] + 1;
-            b = k + 1 < pts_.size() ? pts_[k + 1] : gap.hi;
-            while (a < b) {
-                const std::uint64_t mid = a + (b - a) / 2;
-                if (key_of(mid) <= key) {
-                    a = mid + 1;
-                } else {
-                    b = mid;
+            if (mids_.empty()) {
+                break;
+            }
+            keys_.clear();
+            for (const std::uint64_t m : mids_) {
+                keys_.push_back(key_at(sh, sh.suffix(m) + d));
+            }
+            out_.n_probes += mids_.size();
+            std::size_t i = 0;
+            for (bsearch & b : searches_) {
+                if (b.a < b.b) {
+                    const std::uint64_t m = mids_[i], k = keys_[i++];
+                    if (b.strict ? k > b.key : k >= b.key) {
+                        b.b = m;
+                    } else {
+                        b.a = m + 1;
+                    }
                 }
             }
-            add_run(v, shard, {lo, a}, key, d);
-            left = a;
-            j    = k + 1;
+        }
+        for (std::size_t g = 0; g + 1 < searches_.size(); g += 2) {
+            add_run(v, shard, {searches_[g].a, searches_[g + 1].a}, searches_[g].key, d);
         }
     }
 
