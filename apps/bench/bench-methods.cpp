@@ -53,20 +53,53 @@ method_run finish(rest::request & r) {
     return {std::move(r.output), std::move(r.stats), rest::stop_reason_name(r.stopped)};
 }
 
+// Greedy sampling that also records each step's top-2 logit gap, so a divergence from plain can be told apart from a
+// float near-tie (batched decodes round differently from single-token ones).
+class gap_recording_sampler final : public rest::token_sampler {
+  public:
+    explicit gap_recording_sampler(std::vector<float> & gaps) : gaps_(gaps) {}
+    rest::token_id sample(std::span<const float> l) override {
+        float a = -1e30f, b = -1e30f;
+        for (float v : l) {
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        gaps_.push_back(a - b);
+        return rest::argmax(l);
+    }
+    void accept(rest::token_id) override {}
+    bool is_greedy() const override { return true; }
+
+  private:
+    std::vector<float> & gaps_;
+};
+
 // rest's decoder without drafting: exactly `rest generate --no-spec`.
 class plain_runner final : public method_runner {
   public:
     explicit plain_runner(session & s) : s_(s), dec_(s.context(), nullptr) {}
     method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
                    const rest::sampler_params & sampling) override {
-        auto          sampler = s_.model().new_sampler(sampling);
+        std::vector<float>                   gaps;
+        std::unique_ptr<rest::token_sampler> sampler;
+        if (sampling.greedy()) {
+            sampler = std::make_unique<gap_recording_sampler>(gaps);
+        } else {
+            sampler = s_.model().new_sampler(sampling);
+        }
         rest::request r;
         r.params.n_predict   = n_predict;
         r.params.n_draft_max = 0;
         r.sampler            = sampler.get();
         r.is_eog             = [this](rest::token_id t) { return s_.model().is_eog(t); };
         dec_.run(r, prompt);
-        return finish(r);
+        method_run out = finish(r);
+        out.top2_gaps  = std::move(gaps);
+        return out;
     }
 
   private:

@@ -50,6 +50,7 @@ struct method_run {
     std::vector<rest::token_id> tokens;
     rest::generation_stats      stats;
     std::string                 stop;
+    std::vector<float>          top2_gaps;  // plain, greedy: logit gap between the top two tokens at each emitted token
 };
 
 class method_runner {

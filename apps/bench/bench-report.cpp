@@ -65,6 +65,7 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
             if (!cell.ran) {
                 s.speedups.push_back(k_nan);
                 s.first_diff.push_back(-1);
+                s.diff_gap.push_back(k_nan);
                 continue;
             }
             const auto & st = cell.run.stats;
@@ -82,6 +83,7 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
             Ms.push_back(st.n_forward ? (double) st.n_tokens / (double) st.n_forward : k_nan);
             double       sp   = k_nan;
             std::int32_t diff = -1;
+            double       gap  = k_nan;
             if (reference >= 0 && cells[c][reference].ran) {
                 const auto & ref = cells[c][reference].run;
                 sp               = ms_per_token(ref.stats) / ms_per_token(st);
@@ -97,10 +99,15 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
                     ++s.n_equal;
                 } else {
                     diff = (std::int32_t) i;
+                    if (i < ref.top2_gaps.size()) {
+                        gap = ref.top2_gaps[i];
+                        s.n_near_tie += gap < k_near_tie_eps ? 1 : 0;
+                    }
                 }
             }
             s.speedups.push_back(sp);
             s.first_diff.push_back(diff);
+            s.diff_gap.push_back(gap);
         }
         s.M                   = s.n_forward ? (double) s.n_tokens / (double) s.n_forward : 0;
         double sumM           = 0;
@@ -134,9 +141,16 @@ std::string markdown_table(const std::vector<method_summary> & sums, const nlohm
           << fmt("%.2fx", s.speedup_median) << " [" << fmt("%.2f", s.speedup_p25) << "-"
           << fmt("%.2f", s.speedup_p75) << "] | " << fmt("%.2fx", s.speedup_total) << " | "
           << fmt("%.3f", s.t_draft_ms_per_step) << " | " << fmt("%.2f", s.accepted_per_step) << " | "
-          << s.n_equal << "/" << s.n_compared << " |\n";
+          << s.n_equal << "/" << s.n_compared;
+        if (s.n_near_tie > 0) o << " (+" << s.n_near_tie << " near-tie)";
+        if (s.n_compared - s.n_equal - s.n_near_tie > 0) o << " **" << s.n_compared - s.n_equal - s.n_near_tie << " DIFFER**";
+        o << " |\n";
     }
     o << "\n";
+    o << "M: generated tokens / target forward passes, the prompt's included. Speedup: plain's decode ms/token over "
+         "the method's, per prompt. output = plain: prompts whose greedy output equals plain's token for token (a "
+         "near-tie: the first difference is where plain's top two logits are within 0.01, float rounding of batched "
+         "decodes).\n\n";
     if (meta.contains("summary_line")) {
         o << meta["summary_line"].get<std::string>() << "\n";
     }
@@ -174,11 +188,16 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
         x["budget_hist"]         = s.budget_hist;
         x["n_equal_plain"]       = s.n_equal;
         x["n_compared"]          = s.n_compared;
+        x["n_near_tie"]          = s.n_near_tie;
         x["output_equals_plain"] = s.n_compared > 0 && s.n_equal == s.n_compared;
+        x["output_equals_plain_but_near_ties"] = s.n_compared > 0 && s.n_equal + s.n_near_tie == s.n_compared;
         nlohmann::json sp        = nlohmann::json::array();
         for (double v : s.speedups) sp.push_back(num(v));
         x["speedup_per_case"]    = sp;
         x["first_diff_per_case"] = s.first_diff;
+        nlohmann::json gp        = nlohmann::json::array();
+        for (double v : s.diff_gap) gp.push_back(num(v));
+        x["plain_top2_gap_at_diff_per_case"] = gp;
         jm.push_back(std::move(x));
     }
     j["methods"] = jm;

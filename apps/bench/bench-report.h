@@ -40,11 +40,16 @@ struct method_summary {
     double accepted_per_step = 0;
     std::int64_t n_equal = 0;   // cases whose output equals plain's token for token
     std::int64_t n_compared = 0;
+    std::int64_t n_near_tie = 0;  // diverging cases whose first difference is at a near-tie of plain (top-2 gap < eps)
     std::vector<std::int64_t> accept_hist;
     std::vector<std::int64_t> budget_hist;
     std::vector<double>       speedups;  // per case (NaN where not compared)
     std::vector<std::int32_t> first_diff;  // per case: first differing token index, -1 when equal
+    std::vector<double>       diff_gap;    // per case: plain's top-2 logit gap at first_diff (NaN when unknown)
 };
+
+// Greedy divergences at a plain top-2 logit gap below this are float near-ties (issue 5's allowance), not bugs.
+inline constexpr double k_near_tie_eps = 1e-2;
 
 // reference: index of the baseline method (plain), or -1 (then speedups and equality are not computed).
 std::vector<method_summary> summarize(const std::vector<method_spec> & methods, const std::vector<bench_case> & cases,
