@@ -151,13 +151,15 @@ TEST_F(ServerApi, CompletionsEqualGenerateNoSpec) {
         ASSERT_EQ(r.status, 200) << r.body;
         const auto want = tokens_of(ref[i]["tokens"]);
         const auto got  = tokens_of(r.json["rest"]["tokens"]);
-        EXPECT_EQ(first_diff(got, want), -1) << "prompt " << i << ": first differing token index";
-        EXPECT_EQ(r.json["choices"][0]["text"], text_of(want)) << "prompt " << i;
+        ASSERT_EQ(check_greedy(*model_, k_prompts[i], got, want), "") << "prompt " << i;
+        EXPECT_EQ(r.json["choices"][0]["text"], text_of(got)) << "prompt " << i;
         EXPECT_EQ(r.json["object"], "text_completion");
         EXPECT_EQ(r.json["usage"]["prompt_tokens"], ref[i]["n_prompt"]);
-        EXPECT_EQ(r.json["usage"]["completion_tokens"], want.size());
-        EXPECT_EQ(r.json["usage"]["total_tokens"], ref[i]["n_prompt"].get<int>() + (int) want.size());
-        EXPECT_EQ(r.json["choices"][0]["finish_reason"], ref[i]["stop_reason"] == "length" ? "length" : "stop");
+        EXPECT_EQ(r.json["usage"]["completion_tokens"], got.size());
+        EXPECT_EQ(r.json["usage"]["total_tokens"], ref[i]["n_prompt"].get<int>() + (int) got.size());
+        if (got == want) {
+            EXPECT_EQ(r.json["choices"][0]["finish_reason"], ref[i]["stop_reason"] == "length" ? "length" : "stop");
+        }
         EXPECT_GT(r.json["rest"]["n_drafted"].get<int>() + r.json["rest"]["n_steps"].get<int>(), 0);
         EXPECT_GT(r.json["rest"]["tokens_per_forward"].get<double>(), 0.0);
     }
@@ -167,14 +169,16 @@ TEST_F(ServerApi, StreamedCompletionEqualsGenerate) {
     const int  n   = 32;
     const auto ref = generate_no_spec(model_path_, {k_prompts[1]}, n, "api-stream");
     ASSERT_EQ(ref.size(), 1u);
-    const std::string want = text_of(tokens_of(ref[0]["tokens"]));
 
     const sse_reply r = api().stream("/v1/completions", completion_body(k_prompts[1], n, true));
     ASSERT_EQ(r.status, 200) << r.raw;
+    ASSERT_FALSE(r.events.empty()) << r.raw;
+    const auto got = tokens_of(r.events.back()["rest"]["tokens"]);
+    ASSERT_EQ(check_greedy(*model_, k_prompts[1], got, tokens_of(ref[0]["tokens"])), "");
     EXPECT_EQ(r.content_type.rfind("text/event-stream", 0), 0u) << r.content_type;
     ASSERT_TRUE(r.done) << r.raw;
     ASSERT_GE(r.events.size(), 2u);
-    EXPECT_EQ(joined_text(r, false), want);
+    EXPECT_EQ(joined_text(r, false), text_of(got));
     for (size_t i = 0; i + 1 < r.events.size(); ++i) {
         EXPECT_EQ(r.events[i]["object"], "text_completion");
         EXPECT_TRUE(r.events[i]["choices"][0]["finish_reason"].is_null()) << i;
@@ -183,7 +187,6 @@ TEST_F(ServerApi, StreamedCompletionEqualsGenerate) {
     const json & last = r.events.back();
     EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(last["usage"]["completion_tokens"], n);
-    EXPECT_EQ(tokens_of(last["rest"]["tokens"]), tokens_of(ref[0]["tokens"]));
 
     // stream_options.include_usage adds one chunk with no choices, as OpenAI does.
     json body = completion_body(k_prompts[1], 4, true);
@@ -201,8 +204,7 @@ TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
     const int         n        = 24;
     const auto        ref      = generate_no_spec(model_path_, {rendered}, n, "api-chat");
     ASSERT_EQ(ref.size(), 1u);
-    const auto        want_tokens = tokens_of(ref[0]["tokens"]);
-    const std::string want        = text_of(want_tokens);
+    const auto want_tokens = tokens_of(ref[0]["tokens"]);
 
     json body = {{"model", "x"}, {"messages", json::array({{{"role", "system"}, {"content", "You are terse."}},
                                                            {{"role", "user"}, {"content", "Tell me a story."}}})},
@@ -211,8 +213,9 @@ TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.json["object"], "chat.completion");
     EXPECT_EQ(r.json["choices"][0]["message"]["role"], "assistant");
-    EXPECT_EQ(r.json["choices"][0]["message"]["content"], want);
-    EXPECT_EQ(first_diff(tokens_of(r.json["rest"]["tokens"]), want_tokens), -1);
+    const auto got = tokens_of(r.json["rest"]["tokens"]);
+    ASSERT_EQ(check_greedy(*model_, rendered, got, want_tokens), "");
+    EXPECT_EQ(r.json["choices"][0]["message"]["content"], text_of(got));
     EXPECT_EQ(r.json["usage"]["prompt_tokens"], ref[0]["n_prompt"]);
 
     body["stream"] = true;
@@ -221,7 +224,7 @@ TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
     ASSERT_GE(s.events.size(), 2u);
     EXPECT_EQ(s.events[0]["object"], "chat.completion.chunk");
     EXPECT_EQ(s.events[0]["choices"][0]["delta"]["role"], "assistant");
-    EXPECT_EQ(joined_text(s, true), want);
+    EXPECT_EQ(joined_text(s, true), text_of(got));
     EXPECT_FALSE(s.events.back()["choices"][0]["finish_reason"].is_null());
 
     // Content given as parts, and "developer" (OpenAI's newer "system"), render the same conversation.
@@ -232,7 +235,7 @@ TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
                                                                                  {{"type", "text"}, {"text", "a story."}}})}}});
     const http_reply p = api().post("/v1/chat/completions", parts);
     ASSERT_EQ(p.status, 200) << p.body;
-    EXPECT_EQ(p.json["choices"][0]["message"]["content"], want);
+    EXPECT_EQ(p.json["choices"][0]["message"]["content"], text_of(got));
 }
 
 TEST_F(ServerApi, ConcurrentRequestsBeyondTheSlotsQueueAndStayLossless) {
@@ -271,9 +274,8 @@ TEST_F(ServerApi, ConcurrentRequestsBeyondTheSlotsQueueAndStayLossless) {
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
         ASSERT_EQ(status[i], 200) << "request " << i;
-        const auto want = tokens_of(ref[i]["tokens"]);
-        EXPECT_EQ(first_diff(got[i], want), -1) << "request " << i << ": first differing token index";
-        EXPECT_EQ(text[i], text_of(want)) << "request " << i;
+        EXPECT_EQ(check_greedy(*model_, prompts[i], got[i], tokens_of(ref[i]["tokens"])), "") << "request " << i;
+        EXPECT_EQ(text[i], text_of(got[i])) << "request " << i;
     }
 }
 
@@ -284,11 +286,20 @@ TEST_F(ServerApi, DraftsFromPastOutputsAndHotAddedCorpusAreAcceptedLosslessly) {
     const int         n      = 48;
     const auto        ref    = generate_no_spec(model_path_, {prompt, "A hot-added corpus helps:"}, n, "api-history");
     ASSERT_EQ(ref.size(), 2u);
+    const int        n_docs = api().get("/v1/corpus").json["history"]["n_documents"].get<int>();
     const http_reply first  = api().post("/v1/completions", completion_body(prompt, n));
-    const http_reply second = api().post("/v1/completions", completion_body(prompt, n));
     ASSERT_EQ(first.status, 200);
+    // Finished outputs join the store off the engine thread: wait until this one has.
+    auto wait_docs = [&](int n_min) {
+        for (int i = 0; i < 500 && api().get("/v1/corpus").json["history"]["n_documents"].get<int>() < n_min; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    };
+    wait_docs(n_docs + 1);
+    const http_reply second = api().post("/v1/completions", completion_body(prompt, n));
     ASSERT_EQ(second.status, 200);
-    EXPECT_EQ(first_diff(tokens_of(second.json["rest"]["tokens"]), tokens_of(ref[0]["tokens"])), -1);
+    wait_docs(n_docs + 2);
+    EXPECT_EQ(check_greedy(*model_, prompt, tokens_of(second.json["rest"]["tokens"]), tokens_of(ref[0]["tokens"])), "");
     EXPECT_GT(second.json["rest"]["n_accepted"].get<int>(), n / 2) << second.json["rest"].dump();
     EXPECT_LT(second.json["rest"]["n_forward"].get<int>(), first.json["rest"]["n_forward"].get<int>());
 
@@ -306,7 +317,9 @@ TEST_F(ServerApi, DraftsFromPastOutputsAndHotAddedCorpusAreAcceptedLosslessly) {
 
     const http_reply r = api().post("/v1/completions", completion_body("A hot-added corpus helps:", n));
     ASSERT_EQ(r.status, 200);
-    EXPECT_EQ(first_diff(tokens_of(r.json["rest"]["tokens"]), tokens_of(ref[1]["tokens"])), -1);
+    EXPECT_EQ(check_greedy(*model_, "A hot-added corpus helps:", tokens_of(r.json["rest"]["tokens"]),
+                           tokens_of(ref[1]["tokens"])),
+              "");
     EXPECT_GT(r.json["rest"]["n_accepted"].get<int>(), n / 2) << r.json["rest"].dump();
 
     // Speculation off for one request: nothing drafted, same output.
@@ -315,14 +328,17 @@ TEST_F(ServerApi, DraftsFromPastOutputsAndHotAddedCorpusAreAcceptedLosslessly) {
     const http_reply p = api().post("/v1/completions", off);
     ASSERT_EQ(p.status, 200);
     EXPECT_EQ(p.json["rest"]["n_drafted"], 0);
-    EXPECT_EQ(first_diff(tokens_of(p.json["rest"]["tokens"]), tokens_of(ref[0]["tokens"])), -1);
+    EXPECT_EQ(check_greedy(*model_, prompt, tokens_of(p.json["rest"]["tokens"]), tokens_of(ref[0]["tokens"])), "");
 }
 
 TEST_F(ServerApi, StopStringsCutTheTextStreamedOrNot) {
-    const int  n   = 40;
-    const auto ref = generate_no_spec(model_path_, {k_prompts[0]}, n, "api-stop");
-    ASSERT_EQ(ref.size(), 1u);
-    const std::string full = text_of(tokens_of(ref[0]["tokens"]));
+    // Plain decoding (speculate: false) on an otherwise idle server, so the runs below repeat this one exactly.
+    const int n    = 40;
+    json      body = completion_body(k_prompts[0], n);
+    body["speculate"] = false;
+    const http_reply plain = api().post("/v1/completions", body);
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    const std::string full = plain.json["choices"][0]["text"];
     ASSERT_GT(full.size(), 40u);
     // A stop string from the middle of the text (possibly spanning two tokens), on character boundaries.
     auto char_start = [&](size_t i) {
@@ -335,7 +351,6 @@ TEST_F(ServerApi, StopStringsCutTheTextStreamedOrNot) {
     const std::string stop = full.substr(b, char_start(b + 4) - b);
     const std::string want = full.substr(0, full.find(stop));
 
-    json body    = completion_body(k_prompts[0], n);
     body["stop"] = json::array({stop, "never-appears-zq"});
     const http_reply r = api().post("/v1/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;

@@ -98,6 +98,7 @@ void engine::stop() {
     if (thread_.joinable()) {
         thread_.join();
     }
+    background_.stop();  // every finished output is in the online store before it is saved
 }
 
 engine_load engine::load() const {
@@ -140,18 +141,22 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     metrics_.on_prefill(s.req.stats.n_prompt, s.req.stats.n_forward, s.req.stats.t_prefill_us);
 }
 
-void engine::end(slot & s, bool cancelled) {
+void engine::end(slot & s, end_kind kind) {
     rest::request & r = s.req;
-    if (!cancelled) {
-        // The finished output joins the online store (the drafter hands it over itself).
+    if (kind == end_kind::finished) {
+        // The finished output joins the online store (the drafter hands it over itself), off this thread.
         if (s.drafter) {
-            s.drafter->finish();
+            background_.push([d = std::shared_ptr<rest::drafter>(std::move(s.drafter))] { d->finish(); });
         } else if (history_ && !r.output.empty()) {
-            history_->add(r.output);
+            background_.push([h = history_, doc = r.output] { h->add(doc); });
         }
     }
     job_output out;
-    out.finish_reason = cancelled ? "cancelled" : finish_reason(r.stopped);
+    out.finish_reason = kind == end_kind::finished ? finish_reason(r.stopped) : "cancelled";
+    if (kind == end_kind::shutdown) {
+        out.error_status = 503;
+        out.error        = "the server shut down before this generation finished";
+    }
     out.n_prompt      = r.stats.n_prompt;
     out.n_completion  = (std::int64_t) r.output.size();
     out.tokens        = std::move(r.output);
@@ -281,11 +286,11 @@ void engine::loop() {
                 continue;
             }
             if (stopping || s.j->cancelled()) {
-                end(s, true);
+                end(s, s.j->cancelled() ? end_kind::cancelled : end_kind::shutdown);
                 continue;
             }
             if (s.req.done()) {  // n_predict == 0, or finished during prompt processing
-                end(s, false);
+                end(s, end_kind::finished);
                 continue;
             }
             active.push_back(&s);
@@ -326,7 +331,7 @@ void engine::loop() {
         for (slot * s : active) {
             s->j->publish(s->text.take());
             if (s->req.done()) {
-                end(*s, false);
+                end(*s, end_kind::finished);
             }
         }
         st.t_step_us = now_us() - t0;

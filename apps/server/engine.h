@@ -7,6 +7,7 @@
 // decoder step over all active slots, publishes the text each released and retires finished requests.
 #pragma once
 
+#include "background-queue.h"
 #include "job.h"
 #include "metrics.h"
 
@@ -70,8 +71,9 @@ class engine {
     struct slot;
 
     void loop();
+    enum class end_kind { finished, cancelled, shutdown };
     void begin(slot & s, std::shared_ptr<job> j);
-    void end(slot & s, bool cancelled);
+    void end(slot & s, end_kind kind);
     void fail_active(const std::string & message);
 
     const rest::model &                  model_;
@@ -91,4 +93,5 @@ class engine {
     bool                                   draining_ = false;
     bool                                   stop_ = false;
     std::thread                            thread_;
+    background_queue                       background_;  // online-store additions; declared last: stops first
 };
