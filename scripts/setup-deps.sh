@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Installs the Debian packages rest.cpp builds with (as root), or prints the apt-get line to run (otherwise).
-# Usage: scripts/setup-deps.sh [extra-package ...]
+# Tools count as present when their command is on PATH, whoever installed them (node and npm often come from
+# outside Debian); libraries are checked as Debian packages. Usage: scripts/setup-deps.sh [extra-package ...]
 set -euo pipefail
 
-pkgs=(build-essential cmake ninja-build git ca-certificates npm ccache pkg-config
-      libdivsufsort-dev libxxhash-dev libzstd-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-      libgtest-dev libbenchmark-dev "$@")
+tools=("g++:build-essential" "make:build-essential" "cmake:cmake" "ninja:ninja-build" "git:git" "npm:npm"
+       "ccache:ccache" "pkg-config:pkg-config")
+libs=(libdivsufsort-dev libxxhash-dev libzstd-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+      libgtest-dev libbenchmark-dev ca-certificates "$@")
 
 missing=()
-for p in "${pkgs[@]}"; do
+for t in "${tools[@]}"; do
+    command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
+done
+for p in "${libs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 
 if [ "$(id -u)" -eq 0 ]; then
     echo "rest.cpp: installing ${missing[*]}" >&2
