@@ -1,6 +1,7 @@
 // `rest index build|verify|inspect|query`: the datastore's front end.
 #include "commands.h"
 #include "rest/datastore.h"
+#include "rest/drafter.h"
 #include "rest/index-builder.h"
 #include "rest/llama-model.h"
 #include "rest/types.h"
@@ -331,7 +332,25 @@ struct query_args {
     std::size_t top        = 10;
     std::size_t max_length = 64;
     std::size_t depth      = 16;
+    int         tree       = 0;  // > 0: also show the drafter's best-first tree of this many nodes
 };
+
+// The draft tree the drafter would verify after this text (datastore source only: no context, no history).
+void print_draft_tree(const rest::datastore & ds, const rest::tokenizer & tok, std::span<const rest::token_id> ctx,
+                      int n_nodes) {
+    rest::drafter_params dp;
+    dp.use_context = false;
+    dp.use_history = false;
+    dp.n_budget_max = std::max(dp.n_budget_max, n_nodes);
+    rest::drafter     d(&ds, nullptr, dp);
+    rest::draft_stats st;
+    d.reset(ctx);
+    const rest::draft_tree tree = d.draft(n_nodes, &st);
+    std::printf("draft tree: %zu nodes, expected accepted %.2f, match %d tokens x %llu, %.1f us\n", tree.size(),
+                tree.expected_accepted(tree.size()), st.match_len_datastore,
+                (unsigned long long) st.match_count_datastore, st.t_draft_us);
+    std::fputs(rest::format_draft_tree(tree, [&](rest::token_id t) { return escape(tok.piece(t)); }).c_str(), stdout);
+}
 
 void run_query(const query_args & a) {
     rest::llama_log_quiet();
@@ -345,6 +364,9 @@ void run_query(const query_args & a) {
     if (m.length == 0) {
         std::printf("no match: the query's last token does not occur in the index\n");
         return;
+    }
+    if (a.tree > 0) {
+        print_draft_tree(*ds, *tok, ctx, a.tree);
     }
     const std::vector<rest::token_id> matched(ctx.end() - static_cast<std::ptrdiff_t>(m.length), ctx.end());
     std::printf("longest match: %zu tokens \"%s\", %llu occurrences (%.1f us)\n", m.length,
@@ -423,5 +445,7 @@ void add_index_command(CLI::App & root) {
     query->add_option("--top", q->top, "Continuations to show")->capture_default_str();
     query->add_option("--max-length", q->max_length, "Longest suffix to try, tokens")->capture_default_str();
     query->add_option("--depth", q->depth, "Tokens shown per continuation")->capture_default_str();
+    query->add_option("--tree", q->tree, "Also show the draft tree of this many nodes (best-first, exact counts)")
+        ->check(CLI::Range(0, 4096));
     query->callback([q] { run_query(*q); });
 }
