@@ -33,8 +33,13 @@ struct history_store_params {
     std::uint64_t fingerprint  = 0;        // tokenizer fingerprint saved with the store and checked on load (0: any)
 };
 
-// One immutable searchable segment: documents joined by 0xFFFFFFFF separators, with their suffix array.
+// One immutable searchable segment: documents joined by 0xFFFFFFFF separators, with their suffix array. Not
+// copyable: `shard` points into the segment's own vectors.
 struct history_segment {
+    history_segment() = default;
+    history_segment(const history_segment &) = delete;
+    history_segment & operator=(const history_segment &) = delete;
+
     std::vector<std::uint32_t> text;  // tokens, each document followed by a separator
     std::vector<std::uint32_t> sa;    // suffixes that start with a real token
     std::uint64_t              n_tokens    = 0;  // separators excluded

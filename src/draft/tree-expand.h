@@ -11,8 +11,9 @@
 // compares weighted scores across sources) is exact only if each source was cut in that same order.
 //
 // On a suffix array a node is a range per shard and its children are contiguous runs inside it, sorted by the next
-// token. Children are discovered lazily: probing a range at stride s finds every run of length >= s (run_at then
-// gives its exact bounds), and the longest stretch between known runs bounds the count of any child not yet seen.
+// token. Children are discovered lazily: probing a range at stride s finds every run of length >= s (binary
+// searches between neighbouring probes give its exact bounds), and the longest stretch between known runs bounds
+// the count of any child not yet seen.
 // That bound enters the best-first queue as a placeholder; when it reaches the top, the stride halves inside the
 // gaps. So a huge range is never scanned: work is proportional to range / (count of the n_top-th best node).
 // Nodes with few occurrences (scan_max) are read in full instead: one random access per occurrence gives its whole
