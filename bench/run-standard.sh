@@ -6,6 +6,8 @@
 #   humaneval    HumanEval prompts, a Python-standard-library datastore, a code-shaped fixture (qwen2 tokenizer,
 #                random weights): mechanics only, the outputs are not meaningful
 #   mtbench      MT-Bench, turn 1 then turn 2 on the model's own answer through the chat template (same fixture)
+#   llamacpp     llama.cpp's own tools on stories260K, when built (bench/build-llama-tools.sh): llama-bench's plain
+#                decode speed and llama-lookup's M with a static cache from tinystories-A (first 40 prompts of B)
 # Each part runs every method in one `rest bench` process, interleaved per prompt, and writes results.json,
 # results.md and PNG plots into OUT/<part>/; OUT/headline.md collects the tables with the machine description.
 #
@@ -13,7 +15,8 @@
 # Environment: REST_BIN (default build/bin/rest), REST_SHARED_DATA (default ../shared/data),
 #   REST_BENCH_THREADS (default 1: decode threads, the same for every method; 1 is the robust choice on a
 #   shared 2-core machine, where ggml's spinning thread pool degrades badly under contention),
-#   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all four),
+#   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all five),
+#   REST_LLAMA_TOOLS (llama-bench etc., default ~/.cache/rest.cpp/llama-tools/bin),
 #   REST_BENCH_QUICK=1 (fewer prompts, for a smoke test).
 # Takes about 10 minutes on an idle 2-core machine (plus a few minutes once to write the fixtures).
 set -euo pipefail
@@ -24,7 +27,8 @@ bin=${REST_BIN:-$root/build/bin/rest}
 data=${REST_SHARED_DATA:-$root/../shared/data}
 threads=${REST_BENCH_THREADS:-1}
 cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
-parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench}
+parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench llamacpp}
+tools=${REST_LLAMA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/llama-tools/bin}
 quick=${REST_BENCH_QUICK:-0}
 
 [ -x "$bin" ] || { echo "run-standard: no rest binary at $bin (cmake -S . -B build -G Ninja && ninja -C build rest-cli, or set REST_BIN)" >&2; exit 1; }
@@ -99,6 +103,48 @@ for part in $parts; do
         bench mtbench "MT-Bench 2 turns, chat template, code-shaped fixture (mechanics)" -m "$m" --index "$idx" \
             --prompts "$data/prompts/mt_bench_question.jsonl" --field turns --n-prompts "$(n 10 2)" -n 64 \
             --methods plain,llama-plain,rest,rest-context,ngram-cache,ngram-simple
+        ;;
+    llamacpp)
+        if [ ! -x "$tools/llama-bench" ] || [ ! -x "$tools/llama-lookup" ]; then
+            say "llama.cpp tools not found in $tools (bench/build-llama-tools.sh builds them); skipping llamacpp"
+            continue
+        fi
+        m="$data/models/stories260K.gguf"
+        mkdir -p "$out/llamacpp"
+        say "llama.cpp tools (load $(load)): llama-bench tg128, llama-lookup"
+        [ -s "$cache/lookup-tinystories-A.bin" ] || "$tools/llama-lookup-create" -m "$m" \
+            -f "$data/corpora/tinystories-A.txt" -lcs "$cache/lookup-tinystories-A.bin" >>"$log" 2>&1
+        python3 - "$tools" "$m" "$data/prompts/tinystories-B.jsonl" "$cache/lookup-tinystories-A.bin" "$threads" \
+            "$(n 40 3)" "$out/stories260K/results.json" > "$out/llamacpp/results.md" 2>>"$log" <<'PY'
+import json, re, statistics, subprocess, sys
+tools, model, prompts, cache, threads, n, rest_json = sys.argv[1:]
+out = subprocess.run([tools + "/llama-bench", "-m", model, "-p", "0", "-n", "128", "-t", threads, "-r", "10", "-o", "json"],
+                     capture_output=True, text=True, check=True).stdout
+tg = json.loads(out)[0]
+print("| llama.cpp tool (pinned 80fb11a) | figure |\n|---|---:|")
+print(f"| llama-bench tg128, stories260K, {threads} thread(s), 10 reps | {tg['avg_ts']:.0f} +- {tg['stddev_ts']:.0f} tokens/s |")
+Ms, speeds = [], []
+for line in list(open(prompts))[: int(n)]:
+    p = json.loads(line)["prompt"]
+    e = subprocess.run([tools + "/llama-lookup", "-m", model, "-p", p, "-n", "128", "--spec-draft-n-max", "16",
+                        "-lcs", cache, "--temp", "0", "-t", threads, "-c", "512"], capture_output=True, text=True).stderr
+    npred = int(re.search(r"n_predict\s*=\s*(\d+)", e).group(1))
+    nacc = int(re.search(r"n_accept\s*=\s*(\d+)", e).group(1))
+    Ms.append(npred / (npred - nacc))
+    sp = re.search(r"decoded\s+\d+\s+tokens in\s+[\d.]+\s*seconds, speed:\s*([\d.]+)", e)
+    if sp: speeds.append(float(sp.group(1)))
+print(f"| llama-lookup, static cache from tinystories-A + context cache, --spec-draft-n-max 16, first {n} prompts of B: "
+      f"M = n_predict / (n_predict - n_accept), mean per prompt | {statistics.mean(Ms):.2f} |")
+if speeds:
+    print(f"| llama-lookup decode speed, median per prompt | {statistics.median(speeds):.0f} tokens/s |")
+try:
+    j = json.load(open(rest_json))
+    for m in j["methods"]:
+        if m["name"] in ("plain", "llama-plain", "rest", "ngram-cache"):
+            print(f"| rest bench (same run) {m['name']}: tokens/s over all prompts | {m['tokens_per_second']:.0f} |")
+except Exception:
+    pass
+PY
         ;;
     *) echo "run-standard: unknown part '$part'" >&2; exit 1 ;;
     esac
