@@ -44,11 +44,12 @@ struct adaptive_budget_params {
     double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score in calibration
     double       time_ema = 0.05;       // weight of a new step in the online cost correction
     std::int32_t backoff_max = 32;      // when drafts keep not paying, draft only every this many steps at most
-    // Exploration: when drafting does not pay but the best node's drafter score is at least explore_min_score and
-    // its calibration bin has fewer than explore_obs observations, verify that one node anyway, so a pessimistic
-    // calibration can recover. Costs at most explore_obs extra rows per bin.
+    // Exploration: when drafting does not pay but the best node's drafter score is at least explore_min_score,
+    // verify the first nodes whose calibration bins have fewer than explore_obs observations (at most
+    // explore_nodes), so a pessimistic start can recover. Costs at most explore_obs extra rows per bin.
     float        explore_min_score = 0.25f;
     std::int32_t explore_obs = 16;
+    std::int32_t explore_nodes = 4;      // most nodes one exploring step verifies
 };
 
 // Chooses, for all requests of a forward pass together, the draft prefixes that maximise expected tokens per

@@ -23,6 +23,9 @@ struct context_params {
     std::int32_t n_slots   = 1;    // concurrent sequences
     std::int32_t n_batch   = 512;  // most tokens per llama_decode call
     std::int32_t n_threads = 0;    // 0: all hardware threads
+    // Sequence ids lent to draft leaves per forward pass (one per leaf, over all slots). llama.cpp's batch checks
+    // cost O(n_seq_max^2) per decode, so the pool is sized to what trees need rather than the maximum of 256.
+    std::int32_t n_leaves_max = 32;
 };
 
 struct model_info {

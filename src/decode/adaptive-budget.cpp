@@ -94,20 +94,32 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         n_zero_ = 0;
         return;
     }
-    // Not paying: back off drafting exponentially. Keep learning: when the most promising node's calibration bin
-    // has little evidence, verify that one node anyway (bounded exploration cost).
+    // Not paying: back off drafting exponentially. Keep learning: when the best node's drafter score is promising
+    // but the calibration bins of the first nodes have little evidence, verify up to explore_nodes of them anyway.
+    // Each bin stops being explored after explore_obs observations, which bounds what exploring can cost.
     ++n_zero_;
     skip_ = std::min(params_.backoff_max, 1 << std::min(n_zero_ - 1, 20)) - 1;
+    // One request explores per step (the one with the most promising first node), so a busy batch pays little.
+    size_t ex = nq;
     for (size_t i = 0; i < nq; ++i) {
-        if (lim[i] > 0) {
-            const draft_tree & t = *qs[i].tree;
-            const double       s = std::clamp((double) t.scores[0], 0.0, 1.0);
-            if (s >= params_.explore_min_score &&
-                calib_[t.sources[0] & 7][std::min(k_bins - 1, (int) (s * k_bins))].n < params_.explore_obs) {
-                n_out[i] = std::max<std::int32_t>(n_out[i], 1);
-            }
+        if (lim[i] > 0 && qs[i].tree->scores[0] >= params_.explore_min_score &&
+            (ex == nq || qs[i].tree->scores[0] > qs[ex].tree->scores[0])) {
+            ex = i;
         }
     }
+    if (ex == nq) {
+        return;
+    }
+    const draft_tree & t = *qs[ex].tree;
+    std::int32_t       k = 0;
+    while (k < params_.explore_nodes && (size_t) k < lim[ex]) {
+        const double s = std::clamp((double) t.scores[k], 0.0, 1.0);
+        if (calib_[t.sources[k] & 7][std::min(k_bins - 1, (int) (s * k_bins))].n >= params_.explore_obs) {
+            break;
+        }
+        ++k;
+    }
+    n_out[ex] = std::max(n_out[ex], k);
 }
 
 void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {

@@ -19,7 +19,8 @@ llama_target::llama_target(llama_model * model, const context_params & params) {
     n_batch_      = std::max(params.n_batch, 64);
     cp.n_batch    = n_batch_;
     cp.n_ubatch   = n_batch_;
-    n_seq_max_    = 256;  // LLAMA_MAX_SEQ: the pool beyond the slots lends one id per draft leaf
+    // The pool beyond the slots lends one id per draft leaf; LLAMA_MAX_SEQ (256) bounds the total.
+    n_seq_max_    = std::min(256, n_slots_ + std::max(1, params.n_leaves_max));
     cp.n_seq_max  = n_seq_max_;
     cp.kv_unified = true;  // one cell pool: sequence ids tag shared cells instead of copying them
     // llama.cpp sizes its output buffer for at least n_seq_max rows, and asserts that this fits n_outputs_max,
