@@ -158,7 +158,9 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
             if (ts.empty()) continue;
             slopes.push_back((fastest(ts) - table.t_us[k]) / (double(rows) * double(m.n_past(slot) - n_short)));
         }
-        table.attn_us = std::max(0.0, median(slopes));
+        // A slope from differences of noisy timings can come out absurd on a busy machine; attention at the long
+        // fill is capped at doubling a single row's cost, which covers every model shape we have measured.
+        table.attn_us = std::clamp(median(slopes), 0.0, table.t_us[0] / double(std::max(1, n_long)));
     }
     m.clear(slot);
     return table;
