@@ -110,6 +110,20 @@ TEST(adaptive_budget, backs_off_drafting_when_it_does_not_pay) {
     EXPECT_GT(drafted_steps, 4) << "but keep probing";
 }
 
+TEST(adaptive_budget, probes_again_after_backing_off) {
+    // Regression: steps that skipped drafting (empty trees) must not re-arm the back-off, or drafting never resumes.
+    adaptive_budget b(k_cpu);
+    int probes = 0;
+    for (int step = 0; step < 2000; ++step) {
+        const bool drafting = b.want_draft();
+        const draft_tree t = drafting ? chain(8, 0.05f) : draft_tree{};
+        probes += drafting;
+        const std::int32_t n = choose_one(b, t);
+        b.observe_acceptance(t, n, {});
+    }
+    EXPECT_GT(probes, 2000 / 40) << "drafting must keep probing at least every backoff_max steps";
+}
+
 TEST(adaptive_budget, calibration_learns_realised_acceptance) {
     adaptive_budget b(k_cpu);
     // The drafter claims 0.9 but nothing from source 2 is ever accepted.

@@ -48,6 +48,11 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         n_past_mean += qs[i].n_past;
     }
     n_past_mean /= std::max<size_t>(1, nq);
+    // Steps that drafted nothing (drafting skipped while backing off, or no match) say nothing about whether drafts
+    // pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never probe again.
+    if (std::all_of(lim.begin(), lim.end(), [](size_t l) { return l == 0; })) {
+        return;
+    }
     const std::int32_t p = (std::int32_t) n_past_mean;
 
     // Greedy over the whole batch: add the next node (in each tree's best-first order) with the highest calibrated
