@@ -214,12 +214,18 @@ llama_plain::llama_plain(const std::string & model_path, std::int32_t n_ctx, std
     cp.n_threads            = n_threads;
     cp.n_threads_batch      = n_threads;
     cp.no_perf              = true;
-    // Diagnostic: REST_BENCH_LLAMA_PLAIN_NSEQ=256 gives this context rest's own sequence-id pool (n_seq_max 256,
-    // unified KV, outputs for 256 rows), to tell the cost of that pool apart from the rest of rest's decode path.
+    // Diagnostics (to tell apart what costs rest's own context its speed): REST_BENCH_LLAMA_PLAIN_NSEQ=N gives this
+    // context n_seq_max N, REST_BENCH_LLAMA_PLAIN_UNIFIED=1 a unified KV cache, REST_BENCH_LLAMA_PLAIN_NOUT=N
+    // n_outputs_max N (rest's adapter sets all three).
     if (const char * e = std::getenv("REST_BENCH_LLAMA_PLAIN_NSEQ"); e && std::atoi(e) > 1) {
-        cp.n_seq_max     = (std::uint32_t) std::atoi(e);
-        cp.kv_unified    = true;
-        cp.n_outputs_max = std::max<std::uint32_t>((std::uint32_t) n_batch, cp.n_seq_max);
+        cp.n_seq_max = (std::uint32_t) std::atoi(e);
+        cp.n_outputs_max = std::max<std::uint32_t>(cp.n_outputs_max, cp.n_seq_max);
+    }
+    if (const char * e = std::getenv("REST_BENCH_LLAMA_PLAIN_UNIFIED"); e && std::atoi(e) > 0) {
+        cp.kv_unified = true;
+    }
+    if (const char * e = std::getenv("REST_BENCH_LLAMA_PLAIN_NOUT"); e && std::atoi(e) > 0) {
+        cp.n_outputs_max = (std::uint32_t) std::atoi(e);
     }
     impl_->n_batch          = n_batch;
     impl_->ctx              = llama_init_from_model(impl_->model, cp);
