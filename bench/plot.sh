@@ -34,7 +34,7 @@ set key off
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc rgb "gray30"
 plot "$dir/speedup.tsv" using 0:2:xtic(1) with boxes lc rgb "#4477aa", \
      "" using 0:2:3:4 with yerrorbars lc rgb "black" pt -1, \
-     "" using 0:2:(sprintf("%.2fx\nM=%.2f", \$2, \$7)) with labels offset 0,1.6 font ",9"
+     "" using 0:(\$4 > \$2 ? \$4 : \$2):(sprintf("%.2fx\nM=%.2f", \$2, \$7)) with labels offset 0,1.4 font ",9"
 EOF
 
 ncol=$(head -1 "$dir/accept.tsv" | awk -F'\t' '{print NF}')

@@ -10,7 +10,7 @@
 # Writes OUT/{a-unrelated,b-own,c-budgets}/ (results.json, results.md, plots) and OUT/summary.md.
 #
 # Usage: bench/run-cost.sh [OUT]   (default /tmp/rest-bench-cost)
-# Environment as bench/run-standard.sh: REST_BIN, REST_SHARED_DATA, REST_BENCH_THREADS (default 1),
+# Environment as bench/run-standard.sh: REST_BIN, REST_SHARED_DATA, REST_BENCH_THREADS (default 2),
 #   REST_BENCH_CACHE, REST_COST_PARTS (default "a b c"), REST_COST_PROMPTS (1.1B parts, default 6),
 #   REST_COST_N (tokens for the 1.1B parts, default 96).
 set -euo pipefail
@@ -19,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-/tmp/rest-bench-cost}
 bin=${REST_BIN:-$root/build/bin/rest}
 data=${REST_SHARED_DATA:-$root/../shared/data}
-threads=${REST_BENCH_THREADS:-1}
+threads=${REST_BENCH_THREADS:-2}
 cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
 parts=${REST_COST_PARTS:-a b c}
 np=${REST_COST_PROMPTS:-6}

@@ -13,8 +13,8 @@
 #
 # Usage: bench/run-standard.sh [OUT]        (default OUT: /tmp/rest-bench-standard)
 # Environment: REST_BIN (default build/bin/rest), REST_SHARED_DATA (default ../shared/data),
-#   REST_BENCH_THREADS (default 1: decode threads, the same for every method; 1 is the robust choice on a
-#   shared 2-core machine, where ggml's spinning thread pool degrades badly under contention),
+#   REST_BENCH_THREADS (default 2, as llama.cpp's reference figures in ../shared/data/README.md: decode threads,
+#   the same for every method; use 1 on a busy machine, where ggml's spinning thread pool degrades badly),
 #   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all five),
 #   REST_LLAMA_TOOLS (llama-bench etc., default ~/.cache/rest.cpp/llama-tools/bin),
 #   REST_BENCH_QUICK=1 (fewer prompts, for a smoke test).
@@ -25,7 +25,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-/tmp/rest-bench-standard}
 bin=${REST_BIN:-$root/build/bin/rest}
 data=${REST_SHARED_DATA:-$root/../shared/data}
-threads=${REST_BENCH_THREADS:-1}
+threads=${REST_BENCH_THREADS:-2}
 cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
 parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench llamacpp}
 tools=${REST_LLAMA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/llama-tools/bin}
