@@ -17,27 +17,6 @@ namespace rest_test {
 
 constexpr float k_tie_eps = 1e-2f;
 
-// Greedy sampler that records, for every emitted token, the gap between the top two logits.
-class gap_recorder final : public rest::token_sampler {
-  public:
-    rest::token_id sample(std::span<const float> l) override {
-        float a = -1e30f, b = -1e30f;
-        for (float v : l) {
-            if (v > a) {
-                b = a;
-                a = v;
-            } else if (v > b) {
-                b = v;
-            }
-        }
-        gaps.push_back(a - b);
-        return rest::argmax(l);
-    }
-    void accept(rest::token_id) override {}
-    bool is_greedy() const override { return true; }
-    std::vector<float> gaps;
-};
-
 struct greedy_run {
     std::vector<rest::token_id> tokens;
     std::vector<float>          gaps;
@@ -46,8 +25,9 @@ struct greedy_run {
 
 inline greedy_run generate_greedy(const rest::model & m, rest::target_model & ctx, std::span<const rest::token_id> prompt,
                                   int n, rest::draft_provider * d, int n_draft_max, rest::budget_policy * policy) {
-    gap_recorder  s;
-    rest::decoder dec(ctx, policy);
+    std::vector<float>          gaps;
+    rest::gap_recording_sampler s(gaps);
+    rest::decoder               dec(ctx, policy);
     rest::request r;
     r.params.n_predict   = n;
     r.params.n_draft_max = d ? n_draft_max : 0;
@@ -55,7 +35,7 @@ inline greedy_run generate_greedy(const rest::model & m, rest::target_model & ct
     r.draft              = d;
     r.is_eog             = [&](rest::token_id t) { return m.is_eog(t); };
     dec.run(r, prompt);
-    return {r.output, s.gaps, r.stats};
+    return {r.output, std::move(gaps), r.stats};
 }
 
 struct lossless_tally {

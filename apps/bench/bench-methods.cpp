@@ -54,37 +54,6 @@ method_run finish(rest::request & r) {
     return {std::move(r.output), std::move(r.stats), rest::stop_reason_name(r.stopped), {}};
 }
 
-// Greedy sampling that also records each step's top-2 logit gap, so a divergence from plain can be told apart from a
-// float near-tie (batched decodes round differently from single-token ones). One pass finds the argmax (first index
-// of the largest logit, as rest::argmax) and the gap together, so plain pays no more than its usual argmax.
-class gap_recording_sampler final : public rest::token_sampler {
-  public:
-    explicit gap_recording_sampler(std::vector<float> & gaps) : gaps_(gaps) {}
-    rest::token_id sample(std::span<const float> l) override {
-        float  a = -INFINITY, b = -INFINITY;
-        size_t ia = 0;
-        for (size_t i = 0; i < l.size(); ++i) {
-            const float v = l[i];
-            if (v > b) {
-                if (v > a) {
-                    b  = a;
-                    a  = v;
-                    ia = i;
-                } else {
-                    b = v;
-                }
-            }
-        }
-        gaps_.push_back(a - b);
-        return (rest::token_id) ia;
-    }
-    void accept(rest::token_id) override {}
-    bool is_greedy() const override { return true; }
-
-  private:
-    std::vector<float> & gaps_;
-};
-
 // rest's decoder without drafting: exactly `rest generate --no-spec`.
 class plain_runner final : public method_runner {
   public:
@@ -94,7 +63,7 @@ class plain_runner final : public method_runner {
         std::vector<float>                   gaps;
         std::unique_ptr<rest::token_sampler> sampler;
         if (sampling.greedy()) {
-            sampler = std::make_unique<gap_recording_sampler>(gaps);
+            sampler = std::make_unique<rest::gap_recording_sampler>(gaps);
         } else {
             sampler = s_.model().new_sampler(sampling);
         }

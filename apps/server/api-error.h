@@ -2,6 +2,8 @@
 //   {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <stdexcept>
 #include <string>
 
@@ -20,3 +22,13 @@ struct api_error : std::runtime_error {
 inline api_error bad_request(std::string message, std::string param = "", std::string code = "") {
     return api_error(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
 }
+
+// Parses a request body as JSON; malformed JSON is a 400 naming the parser's complaint.
+inline nlohmann::json parse_json_body(const std::string & body_text) {
+    try {
+        return nlohmann::json::parse(body_text);
+    } catch (const nlohmann::json::exception & e) {
+        throw bad_request(std::string("the request body is not valid JSON: ") + e.what());
+    }
+}
+

@@ -240,12 +240,7 @@ void parse_messages(const json & body, completion_spec & spec) {
 }  // namespace
 
 completion_spec parse_completion_request(const std::string & body_text, api_kind kind) {
-    json body;
-    try {
-        body = json::parse(body_text);
-    } catch (const json::exception & e) {
-        throw bad_request(std::string("the request body is not valid JSON: ") + e.what());
-    }
+    json body = parse_json_body(body_text);
     if (!body.is_object()) {
         throw bad_request(std::string("the request body must be a JSON object, got ") + type_name(body));
     }

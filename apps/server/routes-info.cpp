@@ -38,12 +38,7 @@ json corpus_stats(const server_state & st) {
 
 // Body: {"text": "..."} or {"texts": ["...", ...]}; each text becomes one document of the online store.
 std::vector<std::string> corpus_texts(const std::string & body_text) {
-    json body;
-    try {
-        body = json::parse(body_text);
-    } catch (const json::exception & e) {
-        throw bad_request(std::string("the request body is not valid JSON: ") + e.what());
-    }
+    json body = parse_json_body(body_text);
     if (!body.is_object()) {
         throw bad_request("the request body must be a JSON object with \"text\" or \"texts\"");
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace rest {
 
@@ -36,6 +37,20 @@ class token_sampler {
 
 // First index of the largest logit (ties go to the lowest id, as llama.cpp's greedy sampler does).
 token_id argmax(std::span<const float> logits);
+
+// Greedy sampling that also records each step's gap between the two largest logits, so a divergence from plain
+// decoding can be told apart from a float near-tie (batched decodes round differently from single-token ones).
+// Picks the same token as argmax. The caller owns `gaps`, which must outlive the sampler.
+class gap_recording_sampler final : public token_sampler {
+  public:
+    explicit gap_recording_sampler(std::vector<float> & gaps) : gaps_(gaps) {}
+    token_id sample(std::span<const float> logits) override;
+    void accept(token_id) override {}
+    bool is_greedy() const override { return true; }
+
+  private:
+    std::vector<float> & gaps_;
+};
 
 class greedy_sampler final : public token_sampler {
   public:

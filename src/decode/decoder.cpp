@@ -1,6 +1,7 @@
 #include "rest/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 
 namespace rest {
@@ -265,6 +266,26 @@ void decoder::run(request & r, std::span<const token_id> prompt) {
     if (r.draft) {
         r.draft->finish();
     }
+}
+
+token_id gap_recording_sampler::sample(std::span<const float> l) {
+    // One pass for the argmax (first index of the largest logit, as argmax()) and the runner-up.
+    float  a = -INFINITY, b = -INFINITY;
+    size_t ia = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+        const float v = l[i];
+        if (v > b) {
+            if (v > a) {
+                b  = a;
+                a  = v;
+                ia = i;
+            } else {
+                b = v;
+            }
+        }
+    }
+    gaps_.push_back(a - b);
+    return (token_id) ia;
 }
 
 token_id argmax(std::span<const float> logits) {

@@ -156,16 +156,22 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
     const cand_tree * t_ctx  = &d.x_ctx.none();
     const cand_tree * t_hist = &d.x_hist.none();
     double            t_match = 0;
-    if (d.p.use_datastore && d.ds) {
+    // The datastore and the history are both suffix-array sources: update the longest match, then expand it
+    // (through the selection cache) with the source's weight and smoothing. Returns the match length.
+    auto sa_draft = [&](sa_source & src, tree_expander & x, expand_cache & cache, double weight, double alpha,
+                        const cand_tree *& out) {
         const auto tm = clock_type::now();
-        const int  m  = d.ds_src.update(context, d.p, d.roots, counters);
+        const int  m  = src.update(context, d.p, d.roots, counters);
         t_match += us_since(tm);
         if (m > 0) {
-            ep.weight = d.p.weight_datastore;
-            ep.alpha  = d.p.alpha_datastore;
-            t_ds      = &expand_cached(d.x_ds, d.cache_ds, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
+            ep.weight = weight;
+            ep.alpha  = alpha;
+            out       = &expand_cached(x, cache, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
         }
-        st.match_len_datastore   = m;
+        return m;
+    };
+    if (d.p.use_datastore && d.ds) {
+        st.match_len_datastore   = sa_draft(d.ds_src, d.x_ds, d.cache_ds, d.p.weight_datastore, d.p.alpha_datastore, t_ds);
         st.match_count_datastore = t_ds->root_count;
     }
     if (d.p.use_context) {
@@ -183,15 +189,7 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         }
     }
     if (d.p.use_history && d.hsnap) {
-        const auto tm = clock_type::now();
-        const int  m  = d.hist_src.update(context, d.p, d.roots, counters);
-        t_match += us_since(tm);
-        if (m > 0) {
-            ep.weight = d.p.weight_history;
-            ep.alpha  = d.p.alpha_history;
-            t_hist    = &expand_cached(d.x_hist, d.cache_hist, d.roots, static_cast<std::uint32_t>(m), ep, d.p.cache_min);
-        }
-        st.match_len_history   = m;
+        st.match_len_history   = sa_draft(d.hist_src, d.x_hist, d.cache_hist, d.p.weight_history, d.p.alpha_history, t_hist);
         st.match_count_history = t_hist->root_count;
     }
 
