@@ -78,7 +78,8 @@ void run_generate(const generate_args & a) {
         }
         run_result r = s.run(tokens, opt);
         if (a.json) {
-            std::puts(stats_json(r, tok).dump().c_str());
+            // Random or small models can emit partial UTF-8 sequences: replace them rather than fail the dump.
+            std::puts(stats_json(r, tok).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::fputs("\n", stdout);
         }
