@@ -164,9 +164,9 @@ void engine::end(slot & s, end_kind kind) {
     out.slot          = s.index;
     out.t_queue_ms    = s.t_queue_ms;
     metrics_.on_finish(out.finish_reason, out.n_prompt, out.n_completion, out.t_queue_ms);
-    s.j->publish(s.text.finish());
-    s.j->finish(std::move(out));
-    s.j.reset();
+    // Free the slot before the client hears the result, so a /health right after a reply never counts it busy.
+    std::shared_ptr<job> j    = std::move(s.j);
+    const std::string    tail = s.text.finish();
     s.drafter.reset();
     s.sampler.reset();
     s.req = rest::request{};
@@ -179,6 +179,8 @@ void engine::end(slot & s, end_kind kind) {
             cv_idle_.notify_all();
         }
     }
+    j->publish(tail);
+    j->finish(std::move(out));
 }
 
 void engine::fail_active(const std::string & message) {

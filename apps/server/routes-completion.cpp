@@ -138,10 +138,12 @@ void handle_completion(server_state & st, const httplib::Request & req, httplib:
         res.status       = 200;
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
+        ++st.n_streams;  // the releaser below runs exactly once (httplib calls it from ~Response at the latest)
         res.set_chunked_content_provider(
             "text/event-stream",
             [&st, s](size_t, httplib::DataSink & sink) { return stream_next(st, *s, sink); },
             [&st, s](bool success) {
+                --st.n_streams;
                 if (!success || !s->closed) {
                     s->j->cancel();
                     st.eng.wake();

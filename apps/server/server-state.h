@@ -26,6 +26,9 @@ struct server_state {
     std::int64_t            created = 0;  // unix time the server started
     prompt_limits           limits;
     std::atomic<bool>       draining{false};
+    // Streaming responses still being written. httplib::Server::stop() aborts chunked writes in progress, so a
+    // draining server waits for this to reach 0 before it stops HTTP (else a drained stream loses its tail).
+    std::atomic<int>        n_streams{0};
 
     metrics_gauges gauges() const;
 };

@@ -223,9 +223,12 @@ void server::run() {
             break;
         }
     }
-    // The engine first: it finishes every job it still holds, so no HTTP handler waits forever; then the HTTP
-    // server, whose workers deliver those last responses before they join.
+    // The engine first: it finishes every job it still holds, so no HTTP handler waits forever. Then let the
+    // streams write their last events: httplib's stop() would abort chunked writes still in progress.
     d.eng->stop();
+    while (d.state->n_streams.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     d.http.stop();
     listener.join();
 
