@@ -103,6 +103,7 @@ void run_bench(const bench_args & a) {
     mc.model_path           = a.sp.model_path;
     mc.n_batch              = a.sp.ctx.n_batch;
     mc.n_threads            = a.sp.ctx.n_threads;
+    mc.ctx                  = a.sp.ctx;
 
     std::unique_ptr<bench::ngram_static_cache> ngram_static;
     for (const auto & m : methods) {
@@ -227,6 +228,7 @@ void run_bench(const bench_args & a) {
                             {"n_cases", cases.size()}, {"n_run", n_run}, {"chat_template", chat_mode}};
     meta["n_predict"]    = a.n_predict;
     meta["n_ctx_slot"]   = s.context().n_ctx_slot();
+    meta["draft_layout"] = s.layout();
     meta["threads"]      = a.sp.ctx.n_threads > 0 ? a.sp.ctx.n_threads : (int) std::thread::hardware_concurrency();
     meta["sampling"]     = {{"temp", a.sampling.temp}, {"top_k", a.sampling.top_k}, {"top_p", a.sampling.top_p},
                             {"min_p", a.sampling.min_p}, {"seed", a.sampling.seed}};
@@ -248,13 +250,13 @@ void run_bench(const bench_args & a) {
     }
     char line[512];
     std::snprintf(line, sizeof(line),
-                  "%s%s%s, %s, %d prompt turns of %s, %d tokens, %s, %d threads; load average %.1f at start, "
+                  "%s%s%s, %s, %d prompt turns of %s, %d tokens, %s, %d threads, %s drafts; load average %.1f at start, "
                   "%.1f mean during the run (%d CPUs)",
                   a.label.empty() ? "" : a.label.c_str(), a.label.empty() ? "" : ": ", info.description.c_str(),
                   s.datastore() ? ("datastore of " + std::to_string(s.datastore()->info().n_tokens) + " tokens").c_str()
                                 : "no datastore",
                   n_run, fs::path(a.prompts).filename().c_str(), a.n_predict,
-                  a.sampling.greedy() ? "greedy" : "sampled", meta["threads"].get<int>(), load_start[0],
+                  a.sampling.greedy() ? "greedy" : "sampled", meta["threads"].get<int>(), s.layout().c_str(), load_start[0],
                   n_run ? load_sum / n_run : 0.0, (int) std::thread::hardware_concurrency());
     meta["summary_line"] = line;
 
@@ -305,6 +307,7 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--warmup", a->warmup, "Tokens of unrecorded plain warm-up on the first prompt (0: none)")
         ->capture_default_str();
     cmd->add_flag("--quiet", a->quiet, "No per-prompt progress on stderr");
+    add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->callback([a, cmd] {
         std::string c = "rest bench";

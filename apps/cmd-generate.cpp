@@ -122,6 +122,7 @@ void add_generate_command(CLI::App & root) {
         ->capture_default_str();
     cmd->add_option("--draft-fixed", a->sp.n_draft_fixed,
                     "Verify exactly this many draft nodes every step (no cost model; for comparisons)");
+    add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");
     cmd->add_flag("--json", a->json, "Print one JSON object per prompt (text, tokens, stats)");

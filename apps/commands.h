@@ -9,3 +9,7 @@ void add_fixture_command(CLI::App & root);
 void add_index_command(CLI::App & root);
 void add_bench_command(CLI::App & root);
 void add_serve_command(CLI::App & root);
+
+struct session_params;
+// --draft-layout and --flash-attn (apps/session-options.cpp).
+void add_verify_options(CLI::App * cmd, session_params & sp);

@@ -30,7 +30,8 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
     const int  threads = cp.n_threads > 0 ? cp.n_threads : (int) std::thread::hardware_concurrency();
     const std::string key = fs::absolute(info.path, ec).string() + "|" + std::to_string(size) + "|" +
                             std::to_string(mtime) + "|" + info.backend + "|t" + std::to_string(threads) + "|b" +
-                            std::to_string(cp.n_batch);
+                            std::to_string(cp.n_batch) + (cp.trees ? "|trees" : "|chains") + "|fa" +
+                            std::to_string(cp.flash_attn);
     char name[32];
     std::snprintf(name, sizeof(name), "%016zx.txt", std::hash<std::string>{}(key));
     const fs::path path = cache_dir() / name;

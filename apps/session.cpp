@@ -2,6 +2,8 @@
 
 #include "cost-cache.h"
 
+#include <cstdio>
+
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 
@@ -13,11 +15,10 @@ session::session(const session_params & params) : params_(params) {
         datastore_ = rest::datastore::open(params.index_path, tok.fingerprint(), tok.description());
     }
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
-    ctx_     = model_->new_context(params.ctx);
+    open_context(params);
     if (!params.speculate || params.n_draft_fixed >= 0) {
         policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0);
     } else {
-        costs_ = load_or_calibrate_costs(*model_, *ctx_, params.ctx, params.verbose);
         rest::adaptive_budget_params bp;
         bp.n_max = params.n_draft_max >= 0 ? params.n_draft_max : params.draft.n_budget_max;
         policy_  = std::make_unique<rest::adaptive_budget>(costs_, bp);
@@ -26,6 +27,46 @@ session::session(const session_params & params) : params_(params) {
 }
 
 session::~session() = default;
+
+void session::open_context(const session_params & params) {
+    rest::context_params cp = params.ctx;
+    if (params.layout != "auto" && params.layout != "tree" && params.layout != "chain") {
+        throw rest::user_error("--draft-layout must be auto, tree or chain (got '" + params.layout + "')");
+    }
+    if (!params.speculate) {
+        cp.trees = false;  // plain decoding: llama.cpp's own layout
+        ctx_     = model_->new_context(cp);
+        layout_  = "plain";
+        return;
+    }
+    const bool calibrate = params.n_draft_fixed < 0;
+    if (params.layout != "auto") {
+        cp.trees = params.layout == "tree";
+        ctx_     = model_->new_context(cp);
+        layout_  = params.layout;
+        if (calibrate) costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
+        return;
+    }
+    // Auto: trees accept more per verified node, but their KV layout costs every forward pass a fixed overhead in
+    // llama.cpp (~0.1 ms). Chains win when that overhead is a noticeable part of a step (tiny models); trees win
+    // when a step is long (real models, GPUs). Both single-row costs come from the cached calibration.
+    cp.trees         = true;
+    auto  tree_ctx   = model_->new_context(cp);
+    auto  tree_costs = load_or_calibrate_costs(*model_, *tree_ctx, cp, params.verbose);
+    cp.trees         = false;
+    auto  chain_ctx   = model_->new_context(cp);
+    auto  chain_costs = load_or_calibrate_costs(*model_, *chain_ctx, cp, params.verbose);
+    const bool chains = chain_costs.valid() && tree_costs.valid() &&
+                        tree_costs.t_us.front() > 1.05 * chain_costs.t_us.front();
+    if (params.verbose) {
+        std::fprintf(stderr, "rest: one-row verify cost %.3f ms (tree layout) vs %.3f ms (chain layout): %s\n",
+                     tree_costs.valid() ? tree_costs.t_us.front() / 1000 : 0.0,
+                     chain_costs.valid() ? chain_costs.t_us.front() / 1000 : 0.0, chains ? "chains" : "trees");
+    }
+    ctx_    = chains ? std::move(chain_ctx) : std::move(tree_ctx);
+    costs_  = calibrate ? (chains ? chain_costs : tree_costs) : rest::cost_table{};
+    layout_ = chains ? "chain" : "tree";
+}
 
 std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) const {
     return model_->vocab().tokenize(text, true, true);

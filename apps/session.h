@@ -24,6 +24,9 @@ struct session_params {
     std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no cost model), for comparisons
     bool                 verbose = false;      // print the cost calibration to stderr
     bool                 speculate = true;     // false: plain decoding only (no cost calibration at start-up)
+    // How drafts are verified: "tree" (a unified KV pool, branches), "chain" (each tree's best path, in the slot's
+    // own sequence, as cheap per step as plain decoding) or "auto" (measure both at start-up; see session.cpp).
+    std::string          layout = "auto";
 };
 
 struct run_options {
@@ -54,11 +57,15 @@ class session {
     const rest::cost_table & costs() const { return costs_; }
     rest::target_model & context() { return *ctx_; }
     rest::budget_policy & policy() { return *policy_; }
+    // The verification layout in use: "tree", "chain", or "plain" without speculation.
+    const std::string & layout() const { return layout_; }
 
     std::vector<rest::token_id> tokenize_prompt(const std::string & text) const;
     run_result run(std::span<const rest::token_id> prompt, const run_options & opt);
 
   private:
+    void open_context(const session_params & params);  // sets ctx_, costs_, layout_
+
     session_params                    params_;
     std::unique_ptr<rest::model>      model_;
     std::unique_ptr<rest::datastore>  datastore_;
@@ -66,5 +73,6 @@ class session {
     std::unique_ptr<rest::target_model>  ctx_;
     std::unique_ptr<rest::budget_policy> policy_;
     rest::cost_table                     costs_;
+    std::string                          layout_;
     std::unique_ptr<rest::decoder>       decoder_;
 };

@@ -47,6 +47,7 @@ class fake_target final : public rest::target_model {
     std::int32_t n_slots() const override { return (std::int32_t) slots_.size(); }
     std::int32_t n_ctx_slot() const override { return n_ctx_slot_; }
     std::int32_t n_leaves_max() const override { return leaves_max_; }
+    bool trees() const override { return !chains_only_; }
     std::int32_t n_past(std::int32_t slot) const override { return (std::int32_t) slots_[slot].size(); }
 
     void prefill(std::int32_t slot, std::span<const rest::token_id> tokens) override {
@@ -72,6 +73,7 @@ class fake_target final : public rest::target_model {
             EXPECT_LE((int) prefix.size(), n_ctx_slot_) << "root beyond the context";
             for (size_t i = 0; i < r.tokens.size(); ++i) {
                 EXPECT_LT(r.parents[i], (int) i) << "parent after child";
+                if (chains_only_) EXPECT_EQ(r.parents[i], (int) i - 1) << "a branch sent to a chains-only model";
                 const int want_depth = r.parents[i] < 0 ? 1 : r.depths[r.parents[i]] + 1;
                 EXPECT_EQ(r.depths[i], want_depth);
                 EXPECT_LE((int) slots_[r.slot].size() + r.depths[i] + 1, n_ctx_slot_) << "node beyond the context";
@@ -110,6 +112,7 @@ class fake_target final : public rest::target_model {
     const std::vector<rest::token_id> & memory(int slot) const { return slots_[slot]; }
     int max_rows_   = 1 << 20;
     int leaves_max_ = 255;
+    bool chains_only_ = false;  // trees() == false: every request must be a single chain
     std::vector<int> rows_hist;
 
   private:

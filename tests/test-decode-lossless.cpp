@@ -68,6 +68,29 @@ TEST(decoder_lossless, random_trees_equal_plain_greedy) {
     EXPECT_GT(n_long_accepts, 100) << "the oracle drafter should produce many long accepted paths";
 }
 
+TEST(decoder_lossless, chains_only_model_gets_best_paths) {
+    std::mt19937_64 rng(7);
+    int n_accepted = 0;
+    for (int c = 0; c < 150; ++c) {
+        const int n_vocab = std::uniform_int_distribution<int>(3, 40)(rng);
+        const int n_ctx   = std::uniform_int_distribution<int>(12, 200)(rng);
+        const int n_pred  = std::uniform_int_distribution<int>(1, 150)(rng);
+        std::vector<token_id> prompt(std::uniform_int_distribution<int>(1, 10)(rng));
+        for (auto & t : prompt) t = std::uniform_int_distribution<int>(0, n_vocab - 1)(rng);
+
+        fake_target plain_m(n_vocab, n_ctx, 1, c);
+        const auto  plain = run_once(plain_m, prompt, nullptr, n_pred, -5, 0);
+
+        fake_target spec_m(n_vocab, n_ctx, 1, c);
+        spec_m.chains_only_ = true;
+        oracle_drafter d(spec_m, c * 3 + 1, 0.8, std::uniform_int_distribution<int>(0, 8)(rng), 8);
+        const auto spec = run_once(spec_m, prompt, &d, n_pred, -5, std::uniform_int_distribution<int>(1, 16)(rng));
+        ASSERT_EQ(spec.tokens, plain.tokens) << "case " << c;
+        n_accepted += (int) spec.stats.n_accepted;
+    }
+    EXPECT_GT(n_accepted, 1000) << "best paths of oracle trees should be accepted often";
+}
+
 TEST(decoder_lossless, context_limit_hit_mid_tree) {
     // A tiny context forces trees to shrink and generation to end on the context, exactly where plain ends.
     for (int seed = 0; seed < 50; ++seed) {

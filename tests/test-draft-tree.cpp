@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 using namespace rest;
 
 namespace {
@@ -89,4 +91,45 @@ TEST(draft_tree, format_is_depth_first) {
                  "    #3 't13' 0.200 [d]\n"
                  "#2 't12' 0.200 [c]\n"
                  "  #4 't14' 0.100 [c]\n");
+}
+
+TEST(draft_tree, keep_best_path_of_the_sample) {
+    draft_tree t = sample();
+    t.keep_best_path();
+    EXPECT_EQ(t.tokens, (std::vector<token_id>{10, 11, 13}));
+    EXPECT_EQ(t.parents, (std::vector<std::int32_t>{-1, 0, 1}));
+    EXPECT_EQ(t.sources, (std::vector<std::uint8_t>{ds, ds | ctx, ds}));
+    EXPECT_EQ(t.check_integrity(), "");
+}
+
+TEST(draft_tree, keep_best_path_equals_a_naive_walk_on_random_trees) {
+    std::mt19937 rng(5);
+    for (int c = 0; c < 500; ++c) {
+        // A random best-first tree: each new node hangs under a random earlier node (or the root) with a score no
+        // larger than the previous node's, so scores are non-increasing in array order and along every path.
+        draft_tree t;
+        float s = 1.0f;
+        const int n = std::uniform_int_distribution<int>(0, 40)(rng);
+        for (int i = 0; i < n; ++i) {
+            const int parent = std::uniform_int_distribution<int>(-1, i - 1)(rng);
+            s *= std::uniform_real_distribution<float>(0.5f, 1.0f)(rng);
+            t.add(1000 + i, parent, s, ds);
+        }
+        // Naive: from the root, repeatedly take the child with the highest score (the lowest index on ties).
+        std::vector<token_id> want;
+        for (int cur = -1;;) {
+            int best = -1;
+            for (int i = 0; i < (int) t.size(); ++i) {
+                if (t.parents[i] == cur && (best < 0 || t.scores[i] > t.scores[best])) best = i;
+            }
+            if (best < 0) break;
+            want.push_back(t.tokens[best]);
+            cur = best;
+        }
+        draft_tree p = t;
+        p.keep_best_path();
+        ASSERT_EQ(p.tokens, want) << "case " << c;
+        for (int i = 0; i < (int) p.size(); ++i) ASSERT_EQ(p.parents[i], i - 1);
+        ASSERT_EQ(p.check_integrity(), "") << "case " << c;
+    }
 }

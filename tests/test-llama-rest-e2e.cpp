@@ -24,7 +24,8 @@ using rest_test::lossless_tally;
 
 namespace {
 
-TEST(rest_e2e, stories260k_tinystories_all_prompts_b) {
+// Every prompt of tinystories-B with stories260K and a tinystories-A datastore, on one verification layout.
+void stories260k_all_prompts_b(bool trees, int budget_nodes, double min_tokens_per_forward) {
     const std::string data = rest_test::shared_data();
     if (data.empty()) {
         GTEST_SKIP() << "../shared/data is absent";
@@ -40,9 +41,10 @@ TEST(rest_e2e, stories260k_tinystories_all_prompts_b) {
     context_params cp;
     cp.n_ctx = 512;
     cp.n_threads = 1;
+    cp.trees = trees;
     auto ctx = m->new_context(cp);
     history_store history;
-    fixed_budget  budget(16);
+    fixed_budget  budget(budget_nodes);
 
     std::ifstream in(data + "/prompts/tinystories-B.jsonl");
     std::string   line;
@@ -53,12 +55,21 @@ TEST(rest_e2e, stories260k_tinystories_all_prompts_b) {
         drafter d(ds.get(), &history, drafter_params{});
         const greedy_run spec = generate_greedy(*m, *ctx, prompt, 128, &d, 64, &budget);
         rest_test::expect_lossless(plain, spec, t, "prompt " + std::to_string(t.cases));
-        if (HasFatalFailure()) return;
+        if (::testing::Test::HasFatalFailure()) return;
     }
-    std::printf("stories260K / tinystories-B: %d prompts, %d identical, %d near-tie divergences, M = %.2f tokens per "
-                "forward (budget 16)\n", t.cases, t.exact, t.near_ties, t.tokens_per_forward());
+    std::printf("stories260K / tinystories-B, %s: %d prompts, %d identical, %d near-tie divergences, M = %.2f tokens "
+                "per forward (budget %d)\n", trees ? "trees" : "chains", t.cases, t.exact, t.near_ties,
+                t.tokens_per_forward(), budget_nodes);
     EXPECT_EQ(t.cases, 106);
-    EXPECT_GT(t.tokens_per_forward(), 2.5);
+    EXPECT_GT(t.tokens_per_forward(), min_tokens_per_forward);
+}
+
+TEST(rest_e2e, stories260k_tinystories_all_prompts_b) {
+    stories260k_all_prompts_b(true, 16, 2.5);
+}
+
+TEST(rest_e2e, stories260k_tinystories_all_prompts_b_chains) {
+    stories260k_all_prompts_b(false, 4, 2.0);
 }
 
 TEST(rest_e2e, fixture_datastore_from_its_own_greedy_output) {

@@ -60,7 +60,8 @@ class replay_drafter final : public draft_provider {
     size_t n_prompt_ = 0, n_ctx_ = 0;
 };
 
-void run_cases(const std::string & vocab, int n_cases, int n_ctx, lossless_tally & t, std::uint64_t seed) {
+void run_cases(const std::string & vocab, int n_cases, int n_ctx, lossless_tally & t, std::uint64_t seed,
+               bool trees = true) {
     fixture_params p;
     p.vocab = vocab;
     p.seed  = 7;
@@ -68,7 +69,9 @@ void run_cases(const std::string & vocab, int n_cases, int n_ctx, lossless_tally
     context_params cp;
     cp.n_ctx     = n_ctx;
     cp.n_threads = 1;  // ctest runs suites in parallel: one thread each avoids ggml spin-waiting on a busy CPU
+    cp.trees     = trees;
     auto ctx = m->new_context(cp);
+    EXPECT_EQ(ctx->trees(), trees);
     std::mt19937_64 rng(seed);
     const int n_vocab = m->info().n_vocab;
     for (int c = 0; c < n_cases; ++c) {
@@ -101,6 +104,17 @@ TEST(verify_greedy, fixture_qwen2_vocab_above_65535) {
                 t.cases, t.exact, t.near_ties, t.accepted, t.long_paths);
     EXPECT_EQ(t.cases, 20);
     EXPECT_GT(t.long_paths, 20);
+}
+
+TEST(verify_greedy, chain_layout_verifies_best_paths) {
+    // The chain layout (one sequence per slot, no pool): the decoder sends each tree's best path, and commit trims
+    // the rejected tail of the slot's own sequence.
+    lossless_tally t;
+    run_cases("llama-spm", 60, 256, t, 4, false);
+    std::printf("llama-spm, chains: %d cases, %d exact, %d near-tie divergences, %ld accepted draft tokens\n", t.cases,
+                t.exact, t.near_ties, t.accepted);
+    EXPECT_EQ(t.cases, 60);
+    EXPECT_GT(t.long_paths, 60);
 }
 
 TEST(verify_greedy, generation_into_n_ctx) {

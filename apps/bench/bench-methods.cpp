@@ -54,10 +54,11 @@ method_run finish(rest::request & r) {
     return {std::move(r.output), std::move(r.stats), rest::stop_reason_name(r.stopped), {}};
 }
 
-// rest's decoder without drafting: exactly `rest generate --no-spec`.
+// rest's decoder without drafting, on a plain context of its own: exactly `rest generate --no-spec`.
 class plain_runner final : public method_runner {
   public:
-    explicit plain_runner(session & s) : s_(s), dec_(s.context(), nullptr) {}
+    plain_runner(session & s, const method_config & cfg)
+        : s_(s), ctx_(s.model().new_context(plain_context(cfg.ctx))), dec_(*ctx_, nullptr) {}
     method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
                    const rest::sampler_params & sampling) override {
         std::vector<float>                   gaps;
@@ -79,8 +80,14 @@ class plain_runner final : public method_runner {
     }
 
   private:
-    session &     s_;
-    rest::decoder dec_;
+    static rest::context_params plain_context(rest::context_params cp) {
+        cp.trees = false;
+        return cp;
+    }
+
+    session &                            s_;
+    std::unique_ptr<rest::target_model>  ctx_;
+    rest::decoder                        dec_;
 };
 
 class rest_runner final : public method_runner {
@@ -204,7 +211,7 @@ std::vector<method_spec> parse_methods(const std::string & list) {
 std::unique_ptr<method_runner> make_runner(const method_spec & spec, session & s, const method_config & cfg,
                                            const ngram_static_cache * static_cache) {
     switch (spec.type) {
-        case method_spec::kind::plain:         return std::make_unique<plain_runner>(s);
+        case method_spec::kind::plain:         return std::make_unique<plain_runner>(s, cfg);
         case method_spec::kind::llama_plain:   return std::make_unique<llama_plain_runner>(s, cfg);
         case method_spec::kind::rest:          return std::make_unique<rest_runner>(spec, s, cfg);
         case method_spec::kind::llama_drafter: return std::make_unique<llama_drafter_runner>(spec, s, cfg, static_cache);

@@ -1,5 +1,6 @@
-// The decoding methods `rest bench` compares, all on one loaded model and one context (llama-plain aside, which
-// is llama.cpp's own loop on its own context).
+// The decoding methods `rest bench` compares, all on one loaded model. The drafting methods share one context laid
+// out for trees; plain has a plain context (as `rest generate --no-spec` does), and llama-plain is llama.cpp's own
+// loop on its own context.
 //
 //   plain              sequential decoding through rest's decoder (the baseline every speedup divides)
 //   llama-plain        llama.cpp's own plain loop (the honest-baseline check: rest's plain must not be slow)
@@ -13,6 +14,8 @@
 // same verification cost as rest's own. Each rest method has its own budget policy and its own history store:
 // no method sees another's outputs, and a method's history holds only earlier prompts.
 #pragma once
+
+#include "rest/llama-model.h"
 
 #include "../session.h"
 #include "llama-baselines.h"
@@ -44,6 +47,7 @@ struct method_config {
     std::string          model_path;       // for llama-plain
     std::int32_t         n_batch = 512;
     std::int32_t         n_threads = 0;
+    rest::context_params ctx;              // the session's context settings; plain gets its own plain context
 };
 
 struct method_run {

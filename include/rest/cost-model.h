@@ -43,13 +43,17 @@ struct adaptive_budget_params {
     std::int32_t n_max = 64;            // hard cap on nodes per request
     double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score in calibration
     double       time_ema = 0.05;       // weight of a new step in the online cost correction
-    std::int32_t backoff_max = 32;      // when drafts keep not paying, draft only every this many steps at most
+    // When drafts keep not paying and drafting itself costs more than draft_cost_frac of a plain step, draft only
+    // every 2, 4, ... backoff_max steps. (Cheap drafting never backs off: a paying draft can come any step.)
+    std::int32_t backoff_max = 4;
+    double       draft_cost_frac = 0.02;
     // Exploration: when drafting does not pay but the best node's drafter score is at least explore_min_score,
     // verify the first nodes whose calibration bins have fewer than explore_obs observations (at most
-    // explore_nodes), so a pessimistic start can recover. Costs at most explore_obs extra rows per bin.
+    // explore_nodes), so a pessimistic start can recover. Only on the 1st, 2nd, 4th, 8th, ... consecutive step
+    // that does not pay, and at most explore_obs rows per bin, which bounds what exploring can cost.
     float        explore_min_score = 0.25f;
     std::int32_t explore_obs = 16;
-    std::int32_t explore_nodes = 4;      // most nodes one exploring step verifies
+    std::int32_t explore_nodes = 2;      // most nodes one exploring step verifies
 };
 
 // Chooses, for all requests of a forward pass together, the draft prefixes that maximise expected tokens per

@@ -46,6 +46,9 @@ struct draft_tree {
     double expected_accepted(std::size_t n) const;
     // Number of leaves among the first n nodes (each leaf costs the verifier one sequence id).
     std::size_t n_leaves(std::size_t n) const;
+    // Keeps only the best path: from the root, always the best child (the first one in best-first order). For
+    // verifiers that take one chain per request.
+    void keep_best_path();
     // Returns "" when every invariant holds, else a message naming the first violation.
     std::string check_integrity() const;
 };

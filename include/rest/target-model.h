@@ -39,6 +39,10 @@ class target_model {
     virtual std::int32_t n_ctx_slot() const = 0;
     // Most draft leaves one decode() may carry in total over all requests (the adapter spends one sequence id each).
     virtual std::int32_t n_leaves_max() const = 0;
+    // false: the memory keeps one sequence per slot, so each request's draft must be a single chain (node i's parent
+    // is node i - 1). The decoder then verifies each tree's best path. Such a context skips the cost of tree
+    // bookkeeping, which on small models outweighs what branches add.
+    virtual bool trees() const { return true; }
     virtual std::int32_t n_past(std::int32_t slot) const = 0;
 
     // Appends tokens to a slot's committed memory without computing logits (prompt processing). Throws on failure.

@@ -6,7 +6,8 @@
 namespace rest {
 
 adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params) :
-    table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 0.0) {}
+    table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 0.0) {
+}
 
 std::size_t adaptive_budget::correction_index(std::int32_t n_rows) const {
     if (table_.rows.empty()) return 0;
@@ -99,11 +100,16 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         n_zero_ = 0;
         return;
     }
-    // Not paying: back off drafting exponentially. Keep learning: when the best node's drafter score is promising
-    // but the calibration bins of the first nodes have little evidence, verify up to explore_nodes of them anyway.
-    // Each bin stops being explored after explore_obs observations, which bounds what exploring can cost.
+    // Not paying: back off drafting exponentially, if drafting costs enough to matter. Keep learning: when the best
+    // node's drafter score is promising but the calibration bins of the first nodes have little evidence, verify up
+    // to explore_nodes of them anyway, on exponentially spaced non-paying steps.
     ++n_zero_;
-    skip_ = std::min(params_.backoff_max, 1 << std::min(n_zero_ - 1, 20)) - 1;
+    if (t_draft_us_ > params_.draft_cost_frac * t_plain) {
+        skip_ = std::min(params_.backoff_max, 1 << std::min(n_zero_ - 1, 20)) - 1;
+    }
+    if ((n_zero_ & (n_zero_ - 1)) != 0 && n_zero_ % 32 != 0) {
+        return;
+    }
     // One request explores per step (the one with the most promising first node), so a busy batch pays little.
     size_t ex = nq;
     for (size_t i = 0; i < nq; ++i) {

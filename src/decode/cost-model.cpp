@@ -120,7 +120,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     fill_context(m, slot, n_short, n_vocab);
     time_rows(m, slot, 1, n_vocab);  // warm-up: first passes allocate
     for (std::int32_t rows : p.rows) {
-        if (rows > room / 4 || rows > m.n_leaves_max() + 1 ||
+        if (rows > room / 4 || (m.trees() && rows > m.n_leaves_max() + 1) ||
             (rows > 1 && now_us() - t_start > p.max_seconds * 1e6)) {
             break;
         }

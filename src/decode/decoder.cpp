@@ -146,7 +146,14 @@ void decoder::step(std::span<request * const> requests) {
         const std::int32_t cap  = std::min(r.params.n_draft_max, room);
         if (drafting && r.draft && cap > 0) {
             const double t0 = now_us();
-            tree = r.draft->draft(cap);
+            if (model_.trees()) {
+                tree = r.draft->draft(cap);
+            } else {
+                // A chain of cap nodes: its best path comes from a bushier tree than cap nodes would give.
+                tree = r.draft->draft(std::min(room, 4 * cap));
+                tree.keep_best_path();
+                tree.truncate((std::size_t) cap);
+            }
             const double dt = now_us() - t0;
             r.stats.t_draft_us += dt;
             t_draft += dt;

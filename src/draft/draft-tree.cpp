@@ -47,6 +47,20 @@ double draft_tree::expected_accepted(std::size_t n) const {
     return sum;
 }
 
+void draft_tree::keep_best_path() {
+    // Children follow their parent and siblings are in best-first order, so one forward scan finds, at each
+    // level, the best child of the node taken last.
+    draft_tree   path;
+    std::int32_t cur = -1;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        if (parents[i] == cur) {
+            cur = static_cast<std::int32_t>(i);
+            path.add(tokens[i], static_cast<std::int32_t>(path.size()) - 1, scores[i], sources[i]);
+        }
+    }
+    *this = std::move(path);
+}
+
 std::size_t draft_tree::n_leaves(std::size_t n) const {
     n = std::min(n, tokens.size());
     std::vector<bool> has_child(n, false);

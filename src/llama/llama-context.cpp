@@ -7,7 +7,19 @@
 
 namespace rest {
 
-llama_target::llama_target(llama_model * model, const context_params & params) {
+namespace {
+
+llama_flash_attn_type flash_attn_type(std::int32_t setting, bool offloaded) {
+    if (setting == 0) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (setting == 1) return LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    // On CPU, ggml's flash attention walks every KV cell once per batch row, so verifying 8 rows cost 4.1x one row
+    // on stories260K, against 2.0x with the plain attention (matrix products). GPUs: llama.cpp's choice.
+    return offloaded ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+}
+
+}  // namespace
+
+llama_target::llama_target(llama_model * model, const context_params & params, bool offloaded) {
     n_slots_ = std::max(1, params.n_slots);
     if (n_slots_ >= 256) {
         throw user_error("at most 255 slots are supported (llama.cpp allows 256 sequence ids per context)");
@@ -19,10 +31,18 @@ llama_target::llama_target(llama_model * model, const context_params & params) {
     n_batch_      = std::max(params.n_batch, 64);
     cp.n_batch    = n_batch_;
     cp.n_ubatch   = n_batch_;
-    // The pool beyond the slots lends one id per draft leaf; LLAMA_MAX_SEQ (256) bounds the total.
-    n_seq_max_    = std::min(256, n_slots_ + std::max(1, params.n_leaves_max));
+    trees_ = params.trees;
+    if (trees_) {
+        // The pool beyond the slots lends one id per draft leaf; LLAMA_MAX_SEQ (256) bounds the total.
+        n_seq_max_    = std::min(256, n_slots_ + std::max(1, params.n_leaves_max));
+        cp.kv_unified = true;  // one cell pool: sequence ids tag shared cells instead of copying them
+    } else {
+        // Chains live in the slot's own sequence: llama.cpp's default layout, no pool. (A unified pool makes every
+        // llama_decode loop over all 256 possible sequence ids, squared.)
+        n_seq_max_    = n_slots_;
+        cp.kv_unified = false;
+    }
     cp.n_seq_max  = n_seq_max_;
-    cp.kv_unified = true;  // one cell pool: sequence ids tag shared cells instead of copying them
     // llama.cpp sizes its output buffer for at least n_seq_max rows, and asserts that this fits n_outputs_max,
     // which defaults to n_batch (clamped to n_ctx): small contexts would abort without this.
     cp.n_outputs_max = std::max<uint32_t>(n_batch_, n_seq_max_);
@@ -31,6 +51,7 @@ llama_target::llama_target(llama_model * model, const context_params & params) {
     cp.n_threads       = n_threads;
     cp.n_threads_batch = n_threads;
     cp.no_perf         = true;
+    cp.flash_attn_type = flash_attn_type(params.flash_attn, offloaded);
     ctx_.reset(llama_init_from_model(model, cp));
     if (!ctx_) {
         throw user_error("cannot create a llama.cpp context (n_ctx " + std::to_string(n_ctx) + "): " + llama_last_error());
@@ -102,7 +123,13 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         }
         std::vector<std::vector<llama_seq_id>> seqs(n);
         std::vector<llama_seq_id>              root_seqs = {r.slot};
-        for (int32_t i = 0; i < n; ++i) {
+        for (int32_t i = 0; i < n && !trees_; ++i) {
+            if (r.parents[i] != i - 1) {
+                return decode_status::no_memory;  // a branch: this layout verifies chains only
+            }
+            seqs[i] = {r.slot};
+        }
+        for (int32_t i = 0; i < n && trees_; ++i) {
             if (has_child[i]) {
                 continue;
             }
@@ -157,7 +184,10 @@ std::span<const float> llama_target::logits(std::int32_t request, std::int32_t n
 void llama_target::commit(std::int32_t request, std::span<const std::int32_t> path) {
     request_layout & lo = layout_[request];
     const llama_pos  p0 = n_past_[lo.slot];
-    if (!path.empty()) {
+    if (!trees_) {
+        // The chain sits in the slot's sequence: keep the root and the accepted prefix, drop the rest.
+        llama_memory_seq_rm(mem_, lo.slot, p0 + 1 + (llama_pos) path.size(), -1);
+    } else if (!path.empty()) {
         // The borrowed id of a leaf below the last accepted node tags exactly the accepted path (plus deeper,
         // rejected nodes at higher positions, which the range excludes).
         const int32_t s = lo.leaf_seq[path.back()];

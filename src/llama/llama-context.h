@@ -1,4 +1,9 @@
-// target_model over one llama_context with a unified KV memory shared by all slots.
+// target_model over one llama_context. Two layouts:
+//
+// Chains (trees == false): llama.cpp's default layout, one sequence per slot. A request's draft is a chain, decoded in
+// the slot's own sequence at n_past + 1, + 2, ...; commit removes the rejected tail of that sequence.
+//
+// Trees (trees == true): a unified KV memory shared by all slots.
 //
 // Sequence ids: slot s keeps its committed tokens in sequence s. Draft leaves borrow ids from the pool
 // [n_slots, n_seq_max). Before a decode each borrowed id gets a copy of its slot's prefix (llama_memory_seq_cp
@@ -17,13 +22,15 @@ namespace rest {
 
 class llama_target final : public target_model {
   public:
-    llama_target(llama_model * model, const context_params & params);
+    // offloaded: the model runs (partly) on a GPU, which decides automatic settings such as flash attention.
+    llama_target(llama_model * model, const context_params & params, bool offloaded);
     ~llama_target() override;
 
     std::int32_t n_vocab() const override { return n_vocab_; }
     std::int32_t n_slots() const override { return n_slots_; }
     std::int32_t n_ctx_slot() const override { return n_ctx_slot_; }
     std::int32_t n_leaves_max() const override { return n_seq_max_ - n_slots_; }
+    bool trees() const override { return trees_; }
     std::int32_t n_past(std::int32_t slot) const override { return n_past_[slot]; }
 
     void prefill(std::int32_t slot, std::span<const token_id> tokens) override;
@@ -51,6 +58,7 @@ class llama_target final : public target_model {
     std::int32_t                n_seq_max_ = 1;
     std::int32_t                n_ctx_slot_ = 0;
     std::int32_t                n_batch_ = 0;
+    bool                        trees_ = true;
     std::vector<std::int32_t>   n_past_;
     std::vector<request_layout> layout_;
     std::int64_t                n_forward_ = 0;

@@ -10,8 +10,8 @@ namespace {
 
 class llama_loaded_model final : public model {
   public:
-    llama_loaded_model(const std::string & path, llama_model_ptr m) :
-        model_(std::move(m)), tok_(model_.get()) {
+    llama_loaded_model(const std::string & path, llama_model_ptr m, bool offloaded) :
+        model_(std::move(m)), tok_(model_.get()), offloaded_(offloaded) {
         const llama_model * mp = model_.get();
         info_.path = path;
         char buf[256] = {};
@@ -36,7 +36,7 @@ class llama_loaded_model final : public model {
     bool is_eog(token_id t) const override { return llama_vocab_is_eog(llama_model_get_vocab(model_.get()), t); }
 
     std::unique_ptr<target_model> new_context(const context_params & params) const override {
-        return std::make_unique<llama_target>(model_.get(), params);
+        return std::make_unique<llama_target>(model_.get(), params, offloaded_);
     }
 
     std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const override {
@@ -63,6 +63,7 @@ class llama_loaded_model final : public model {
     llama_model_ptr model_;
     llama_tokenizer tok_;
     model_info      info_;
+    bool            offloaded_ = false;  // some layers run on a GPU
 };
 
 }  // namespace
@@ -77,7 +78,8 @@ std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_
         const std::string why = llama_last_error();
         throw user_error("cannot load model '" + path + "'" + (why.empty() ? std::string() : ": " + why));
     }
-    return std::make_unique<llama_loaded_model>(path, std::move(m));
+    const bool offloaded = n_gpu_layers != 0 && ggml_backend_dev_count() > 1;
+    return std::make_unique<llama_loaded_model>(path, std::move(m), offloaded);
 }
 
 }  // namespace rest
