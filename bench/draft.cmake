@@ -16,3 +16,8 @@ target_link_libraries(bench-draft-corpus PRIVATE ${XXHASH_LIB})
 #   bench-draft-acceptance -m stories260K.gguf --index A.idx --prompts tinystories-B.jsonl --generations gen.jsonl
 add_executable(bench-draft-acceptance draft-acceptance.cpp)
 target_link_libraries(bench-draft-acceptance PRIVATE rest-llama rest-core)
+
+# Verify cost by batch shape (graph reuse vs rebuild) on a real model; see the file's header.
+add_executable(bench-verify-shapes bench-verify-shapes.cpp)
+target_link_libraries(bench-verify-shapes PRIVATE rest-llama rest-core benchmark::benchmark)
+target_compile_definitions(bench-verify-shapes PRIVATE REST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -1,0 +1,86 @@
+// Verify cost by batch shape on a real model: a forward pass of R rows when every step has the same shape (llama.cpp
+// reuses its compute graph) against steps whose shape alternates (it rebuilds the graph each time). On tiny models
+// the rebuild costs as much as the compute, which is why the budget policy keeps shapes steady.
+//   bench-verify-shapes [--benchmark_filter=...]      model: $REST_BENCH_MODEL, else ../shared/data's stories260K
+#include "rest/llama-model.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+namespace {
+
+std::string model_path() {
+    if (const char * m = std::getenv("REST_BENCH_MODEL")) return m;
+    return std::string(REST_SOURCE_DIR) + "/../shared/data/models/stories260K.gguf";
+}
+
+struct fixture {
+    std::unique_ptr<rest::model>        model;
+    std::unique_ptr<rest::target_model> ctx;
+};
+
+fixture & get(bool trees) {
+    static fixture f[2];
+    fixture & x = f[trees];
+    if (!x.model) {
+        rest::llama_log_quiet();
+        x.model = rest::model::load(model_path());
+        rest::context_params cp;
+        cp.n_ctx     = 512;
+        cp.n_threads = 2;
+        cp.trees     = trees;
+        x.ctx        = x.model->new_context(cp);
+    }
+    return x;
+}
+
+// One step of `rows` rows (root + a chain), committing only the root; the context is reset when it fills.
+void step(rest::target_model & m, std::int32_t rows) {
+    if (m.n_past(0) + rows + 2 > 256) m.clear(0);
+    if (m.n_past(0) == 0) {
+        const std::vector<rest::token_id> p = {1, 2, 3, 4, 5, 6, 7, 8};
+        m.prefill(0, p);
+    }
+    std::vector<rest::token_id> toks(rows - 1, 42);
+    std::vector<std::int32_t>   parents(rows - 1), depths(rows - 1);
+    for (std::int32_t i = 0; i + 1 < rows; ++i) {
+        parents[i] = i - 1;
+        depths[i]  = i + 1;
+    }
+    rest::tree_request r;
+    r.slot = 0;
+    r.root = 7;
+    r.tokens = toks;
+    r.parents = parents;
+    r.depths = depths;
+    m.decode({&r, 1});
+    m.commit(0, {});
+}
+
+// state.range(0): rows; range(1): 1 = alternate with a one-row step (timed together, reported per pass); range(2):
+// 1 = tree layout.
+void BM_verify(benchmark::State & state) {
+    if (!std::filesystem::exists(model_path())) {
+        state.SkipWithError("no model (set REST_BENCH_MODEL)");
+        return;
+    }
+    rest::target_model & m = *get(state.range(2) != 0).ctx;
+    const auto rows = (std::int32_t) state.range(0);
+    const bool alternate = state.range(1) != 0;
+    for (auto _ : state) {
+        step(m, rows);
+        if (alternate) step(m, rows == 1 ? 2 : 1);
+    }
+    state.counters["passes"] = benchmark::Counter((double) state.iterations() * (alternate ? 2 : 1),
+                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+}  // namespace
+
+BENCHMARK(BM_verify)->ArgNames({"rows", "alternate", "trees"})->ArgsProduct({{1, 2, 4, 8}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_MAIN();
