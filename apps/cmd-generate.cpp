@@ -79,7 +79,9 @@ void run_generate(const generate_args & a) {
         run_result r = s.run(tokens, opt);
         if (a.json) {
             // Random or small models can emit partial UTF-8 sequences: replace them rather than fail the dump.
-            std::puts(stats_json(r, tok).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+            nlohmann::json j   = stats_json(r, tok);
+            j["prompt_tokens"] = tokens;  // prompt_tokens + tokens: the exact sequence (a datastore of own outputs)
+            std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::fputs("\n", stdout);
         }

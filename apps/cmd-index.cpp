@@ -410,8 +410,8 @@ void add_index_command(CLI::App & root) {
                       "rendered with the model's chat template")
         ->check(CLI::IsMember({"text", "jsonl", "chat"}))
         ->capture_default_str();
-    build->add_option("--field", b->fields, "jsonl: dotted path to a string or list of strings (repeatable; "
-                                            "default text)");
+    build->add_option("--field", b->fields, "jsonl: dotted path to a string, a list of strings, or a list of "
+                                            "token ids taken as is (repeatable; default text)");
     build->add_option("--include", b->include, "Glob on file names when walking directories, e.g. '*.py' "
                                                 "(repeatable)");
     build->add_flag("--split-paragraphs", b->split_paragraphs, "text: blank-line-separated paragraphs are documents");

@@ -2,8 +2,6 @@
 
 #include "cost-cache.h"
 
-#include <cstdio>
-
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 
@@ -39,33 +37,19 @@ void session::open_context(const session_params & params) {
         layout_  = "plain";
         return;
     }
-    const bool calibrate = params.n_draft_fixed < 0;
-    if (params.layout != "auto") {
-        cp.trees = params.layout == "tree";
-        ctx_     = model_->new_context(cp);
-        layout_  = params.layout;
-        if (calibrate) costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
-        return;
+    // Auto: chains on CPUs, trees when the model is offloaded to a GPU. On a CPU, t(N) grows steeply, so budgets
+    // are small and a tree's best path holds most of its value; the chain layout avoids the tree layout's fixed
+    // per-pass cost in llama.cpp (~0.1 ms, a third of a tiny model's step), and it keeps the KV cells in position
+    // order, which (with flash attention on quantized models) makes verification reproduce plain decoding bit for
+    // bit: trees leave holes where rejected nodes were, and later tokens fill them, which changes the order of
+    // attention sums. On GPUs t(N) is flat up to ~64 rows, and wide trees pay.
+    const std::string layout = params.layout != "auto" ? params.layout : params.n_gpu_layers != 0 ? "tree" : "chain";
+    cp.trees                 = layout == "tree";
+    ctx_                     = model_->new_context(cp);
+    layout_                  = layout;
+    if (params.n_draft_fixed < 0) {
+        costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
     }
-    // Auto: trees accept more per verified node, but their KV layout costs every forward pass a fixed overhead in
-    // llama.cpp (~0.1 ms). Chains win when that overhead is a noticeable part of a step (tiny models); trees win
-    // when a step is long (real models, GPUs). Both single-row costs come from the cached calibration.
-    cp.trees         = true;
-    auto  tree_ctx   = model_->new_context(cp);
-    auto  tree_costs = load_or_calibrate_costs(*model_, *tree_ctx, cp, params.verbose);
-    cp.trees         = false;
-    auto  chain_ctx   = model_->new_context(cp);
-    auto  chain_costs = load_or_calibrate_costs(*model_, *chain_ctx, cp, params.verbose);
-    const bool chains = chain_costs.valid() && tree_costs.valid() &&
-                        tree_costs.t_us.front() > 1.05 * chain_costs.t_us.front();
-    if (params.verbose) {
-        std::fprintf(stderr, "rest: one-row verify cost %.3f ms (tree layout) vs %.3f ms (chain layout): %s\n",
-                     tree_costs.valid() ? tree_costs.t_us.front() / 1000 : 0.0,
-                     chain_costs.valid() ? chain_costs.t_us.front() / 1000 : 0.0, chains ? "chains" : "trees");
-    }
-    ctx_    = chains ? std::move(chain_ctx) : std::move(tree_ctx);
-    costs_  = calibrate ? (chains ? chain_costs : tree_costs) : rest::cost_table{};
-    layout_ = chains ? "chain" : "tree";
 }
 
 std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) const {

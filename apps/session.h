@@ -25,7 +25,7 @@ struct session_params {
     bool                 verbose = false;      // print the cost calibration to stderr
     bool                 speculate = true;     // false: plain decoding only (no cost calibration at start-up)
     // How drafts are verified: "tree" (a unified KV pool, branches), "chain" (each tree's best path, in the slot's
-    // own sequence, as cheap per step as plain decoding) or "auto" (measure both at start-up; see session.cpp).
+    // own sequence, as cheap per step as plain decoding) or "auto" (chains on CPUs, trees on GPUs; see session.cpp).
     std::string          layout = "auto";
 };
 

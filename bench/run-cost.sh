@@ -61,22 +61,17 @@ for part in $parts; do
         ;;
     b)
         m=$(fixture tinyllama-1.1b-q8_0 --shape tinyllama-1.1b --type q8_0)
-        # The datastore: each prompt followed by the model's own greedy continuation (one document each), from
-        # `rest generate -p` (raw stdout; a random model's text need not be valid UTF-8: invalid bytes are dropped). The continuation goes through
-        # text and back through the tokenizer, as any corpus does.
+        # The datastore: each prompt's tokens followed by the model's own greedy continuation, one document each, as
+        # token ids (`rest generate --json`), so it holds exactly the sequences plain decoding produces.
         say "generating the Q8_0 fixture's own greedy continuations"
-        python3 - "$bin" "$m" "$out/prompts.jsonl" "$ntok" "$threads" "$out/b-own-corpus.txt" 2>>"$log" <<'PY'
-import json, subprocess, sys
-bin_, model, prompts, n, threads, corpus = sys.argv[1:]
-with open(corpus, "wb") as f:
-    for line in open(prompts):
-        p = json.loads(line)["prompt"]
-        r = subprocess.run([bin_, "generate", "-m", model, "-p", p, "-n", n, "--no-spec", "-t", threads],
-                           stdout=subprocess.PIPE, check=True)
-        # index build refuses invalid UTF-8 (a random model emits stray byte tokens): drop those bytes
-        f.write(r.stdout.decode("utf-8", errors="ignore").encode() + b"\n\n")
-PY
-        "$bin" index build -m "$m" -o "$out/b-own.idx" --split-paragraphs "$out/b-own-corpus.txt" >>"$log" 2>&1
+        "$bin" generate -m "$m" -f "$out/prompts.jsonl" --field prompt -n "$ntok" --no-spec -t "$threads" --json \
+            2>>"$log" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print(json.dumps({"tokens": r["prompt_tokens"] + r["tokens"]}))' > "$out/b-own-corpus.jsonl"
+        "$bin" index build -m "$m" -o "$out/b-own.idx" --format jsonl --field tokens "$out/b-own-corpus.jsonl" \
+            >>"$log" 2>&1
         bench b-own "(b) Q8_0 1.1B fixture, datastore of its own continuations" -m "$m" --index "$out/b-own.idx" \
             --prompts "$out/prompts.jsonl" -n "$ntok" --methods plain,rest,rest@8
         ;;

@@ -160,6 +160,20 @@ TEST(adaptive_budget, calibration_learns_realised_acceptance) {
     EXPECT_GT(b.calibrated(u.scores[0], 4), 0.9);
 }
 
+TEST(adaptive_budget, calibration_learned_at_depth_one_applies_at_every_depth) {
+    // A drafter that halves its score per level (single-occurrence continuations) while every node is accepted.
+    // Verifying only first nodes must teach the policy that deep nodes pay too (conditional calibration).
+    adaptive_budget b(k_cpu);
+    const draft_tree   t = chain(8, 0.5f);
+    const std::int32_t first[] = {0};
+    const std::int32_t before = choose_one(b, t);
+    for (int i = 0; i < 100; ++i) b.observe_acceptance(t, 1, first);
+    const std::int32_t after = choose_one(b, t);
+    EXPECT_LE(before, 2);
+    EXPECT_GE(after, 6) << "learned p(accept | parent accepted) ~ 1 should make the whole chain worth verifying";
+    EXPECT_GT(b.path_probabilities(t)[7], 0.8);
+}
+
 TEST(adaptive_budget, online_correction_tracks_measured_time) {
     adaptive_budget b(k_cpu);
     for (int i = 0; i < 400; ++i) b.observe_step(8, 10, 2 * 238.0, 0);

@@ -187,6 +187,25 @@ TEST_F(index_corpus, jsonl_fields) {
     expect_user_error([&] { build({dir_ + "/r.jsonl"}, cp); }, {"r.jsonl:3", "no field 'meta.tags.1'"});
 }
 
+TEST_F(index_corpus, jsonl_token_ids_are_taken_as_is) {
+    // 300 and 65 would never come out of tokenizing text with this byte tokenizer (300 is out of its range and is
+    // rejected); 7 and 8 are control bytes: taken as ids, not re-tokenized.
+    write("t.jsonl", "{\"tokens\": [7, 8, 65, 66]}\n{\"tokens\": [66, 7]}\n");
+    rest::corpus_params cp;
+    cp.format = rest::corpus_format::jsonl;
+    cp.fields = {"tokens"};
+    auto ds   = build({dir_ + "/t.jsonl"}, cp);
+    EXPECT_EQ(ds->info().n_documents, 2u);
+    EXPECT_EQ(ds->info().n_tokens, 6u);
+    const std::vector<token_id> seq = {7, 8, 65, 66};
+    EXPECT_EQ(rest::find_all(*ds, seq).count, 1u);
+    write("bad.jsonl", "{\"tokens\": [7, 300]}\n");
+    expect_user_error([&] { build({dir_ + "/bad.jsonl"}, cp); }, {"bad.jsonl:1", "300", "[0, 256)"});
+    write("mixed.jsonl", "{\"tokens\": [7, 8], \"text\": \"x\"}\n");
+    cp.fields = {"tokens", "text"};
+    expect_user_error([&] { build({dir_ + "/mixed.jsonl"}, cp); }, {"mixed.jsonl:1", "token ids"});
+}
+
 TEST_F(index_corpus, jsonl_missing_field) {
     write("r.jsonl", "{\"text\": \"alpha\"}\n{\"body\": \"beta\"}\n");
     rest::corpus_params cp;

@@ -57,9 +57,12 @@ struct adaptive_budget_params {
 };
 
 // Chooses, for all requests of a forward pass together, the draft prefixes that maximise expected tokens per
-// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft). E uses the drafter's scores calibrated online per source
-// and score bin against realised acceptance. Picks 0 (plain decoding) when no draft pays for its cost, and then
-// backs off drafting itself, probing again at exponentially spaced steps.
+// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft). E is the sum of the nodes' path probabilities, each the
+// product along its path of calibrated conditional probabilities: a node's drafter score over its parent's (the
+// chance it is accepted once its parent is), mapped per source and score bin to the acceptance realised so far by
+// nodes whose parent was accepted. Conditional bins learn from the first levels and apply at every depth, so a
+// drafter whose deep nodes are underrated (single-occurrence continuations score 1/2 per level) gets long drafts.
+// Picks 0 (plain decoding) when no draft pays for its cost, and then backs off, probing again at spaced steps.
 class adaptive_budget final : public budget_policy {
   public:
     adaptive_budget(cost_table table, adaptive_budget_params params = {});
@@ -69,8 +72,11 @@ class adaptive_budget final : public budget_policy {
     void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
     void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
 
-    // The probability the policy currently assigns to a node with this drafter score and source mask.
+    // The probability the policy currently assigns to a node being accepted once its parent is, for this
+    // conditional drafter score (the node's score over its parent's) and source mask.
     double calibrated(float score, std::uint8_t sources) const;
+    // Path probabilities of every node of t: products of calibrated() along each path.
+    std::vector<double> path_probabilities(const draft_tree & t) const;
     // Predicted forward-pass time including the online correction.
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
     const cost_table & table() const { return table_; }

@@ -30,8 +30,8 @@ struct context_params {
     // default one-sequence-per-slot layout, which verifies chains only (target_model::trees() is false) but skips
     // llama.cpp's per-decode batch checks over all 256 sequence ids (~0.1 ms: a third of a tiny model's step).
     bool         trees = true;
-    // Flash attention: -1 auto (off on CPU, where its cost grows with every verified row; llama.cpp decides on
-    // GPUs), 0 off, 1 on.
+    // Flash attention: -1 auto (on GPUs llama.cpp decides; on CPUs on for quantized weights, where it makes batched
+    // rows bit-identical to single ones, off for F32/F16, where it is slow; see llama-context.cpp), 0 off, 1 on.
     std::int32_t flash_attn = -1;
 };
 

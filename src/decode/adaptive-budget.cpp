@@ -30,6 +30,27 @@ double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
     return (b.accepted + params_.prior_weight * s) / (b.n + params_.prior_weight);
 }
 
+namespace {
+
+// A node's drafter score given that its parent is accepted.
+double conditional_score(const draft_tree & t, std::size_t i) {
+    const double s = t.scores[i];
+    const int    p = t.parents[i];
+    if (p < 0) return s;
+    return t.scores[p] > 0 ? s / t.scores[p] : 0.0;
+}
+
+}  // namespace
+
+std::vector<double> adaptive_budget::path_probabilities(const draft_tree & t) const {
+    std::vector<double> v(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const double c = calibrated((float) conditional_score(t, i), t.sources[i]);
+        v[i]           = t.parents[i] < 0 ? c : v[t.parents[i]] * c;
+    }
+    return v;
+}
+
 bool adaptive_budget::want_draft() {
     if (skip_ > 0) {
         --skip_;
@@ -55,6 +76,10 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         return;
     }
     const std::int32_t p = (std::int32_t) n_past_mean;
+    std::vector<std::vector<double>> prob(nq);
+    for (size_t i = 0; i < nq; ++i) {
+        if (lim[i] > 0) prob[i] = path_probabilities(*qs[i].tree);
+    }
 
     // Greedy over the whole batch: add the next node (in each tree's best-first order) with the highest calibrated
     // probability, and remember the configuration with the best expected tokens per microsecond.
@@ -69,8 +94,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         double pv   = -1;
         for (size_t i = 0; i < nq; ++i) {
             if (next[i] < lim[i]) {
-                const draft_tree & t = *qs[i].tree;
-                const double       v = calibrated(t.scores[next[i]], t.sources[next[i]]);
+                const double v = prob[i][next[i]];
                 if (v > pv) { pv = v; pick = i; }
             }
         }
@@ -91,7 +115,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     std::int32_t rows_best = (std::int32_t) nq;
     for (size_t i = 0; i < nq; ++i) {
         for (std::int32_t k = 0; k < n_out[i]; ++k) {
-            exp_best += calibrated(qs[i].tree->scores[k], qs[i].tree->sources[k]);
+            exp_best += prob[i][k];
         }
         rows_best += n_out[i];
     }
@@ -124,7 +148,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     const draft_tree & t = *qs[ex].tree;
     std::int32_t       k = 0;
     while (k < params_.explore_nodes && (size_t) k < lim[ex]) {
-        const double s = std::clamp((double) t.scores[k], 0.0, 1.0);
+        const double s = std::clamp(conditional_score(t, (size_t) k), 0.0, 1.0);
         if (calib_[t.sources[k] & 7][std::min(k_bins - 1, (int) (s * k_bins))].n >= params_.explore_obs) {
             break;
         }
@@ -151,11 +175,19 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
 
 void adaptive_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_verified,
                                          std::span<const std::int32_t> path) {
-    for (std::int32_t i = 0; i < n_verified && i < (std::int32_t) tree.size(); ++i) {
-        const double s = std::clamp((double) tree.scores[i], 0.0, 1.0);
+    // A node tells about its conditional probability only if its parent was accepted (or is the root).
+    const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
+    std::vector<char>  accepted(n, 0);
+    for (std::int32_t v : path) {
+        if (v >= 0 && v < n) accepted[v] = 1;
+    }
+    for (std::int32_t i = 0; i < n; ++i) {
+        const std::int32_t par = tree.parents[i];
+        if (par >= 0 && !accepted[par]) continue;
+        const double s = std::clamp(conditional_score(tree, (size_t) i), 0.0, 1.0);
         bin & b = calib_[tree.sources[i] & 7][std::min(k_bins - 1, (int) (s * k_bins))];
         b.n += 1;
-        b.accepted += std::find(path.begin(), path.end(), i) != path.end() ? 1 : 0;
+        b.accepted += accepted[i];
     }
 }
 

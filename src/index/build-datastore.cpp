@@ -31,7 +31,7 @@ token_batch tokenize_batch(const tokenizer & tok, const std::vector<corpus_docum
     auto                    work = [&]() {
         for (std::size_t i = next++; i < docs.size(); i = next++) {
             try {
-                out[i] = tok.tokenize(docs[i].text, false, docs[i].parse_special);
+                out[i] = docs[i].pretokenized ? docs[i].tokens : tok.tokenize(docs[i].text, false, docs[i].parse_special);
             } catch (...) {
                 std::lock_guard<std::mutex> lock(error_mutex);
                 if (!error) {

@@ -277,14 +277,34 @@ void corpus_reader::add_record(const nlohmann::json & rec, const std::string & w
             auto take = [&](const json & s) {
                 if (!s.is_string()) {
                     throw user_error(where + ": field '" + field + "' holds " + s.type_name() +
-                                     ", expected a string or a list of strings");
+                                     ", expected a string, a list of strings or a list of token ids");
+                }
+                if (doc.pretokenized) {
+                    throw user_error(where + ": field '" + field + "' holds text but another field holds token ids");
                 }
                 if (!doc.text.empty()) {
                     doc.text += '\n';
                 }
                 doc.text += s.get_ref<const std::string &>();
             };
-            if (v->is_array()) {
+            if (v->is_array() && !v->empty() && v->front().is_number_integer()) {
+                // Token ids: a pre-tokenized document (e.g. a model's own output from `rest generate --json`), taken
+                // as is, so the datastore holds exactly these tokens rather than a re-tokenization of their text.
+                if (!doc.text.empty()) {
+                    throw user_error(where + ": field '" + field + "' holds token ids but other fields hold text");
+                }
+                const std::int64_t n_vocab = tok_.n_vocab();
+                for (const json & t : *v) {
+                    const std::int64_t id = t.is_number_integer() ? t.get<std::int64_t>() : -1;
+                    if (id < 0 || id >= n_vocab) {
+                        throw user_error(where + ": field '" + field + "' holds " + t.dump() +
+                                         ", expected token ids in [0, " + std::to_string(n_vocab) + ")");
+                    }
+                    doc.tokens.push_back((token_id) id);
+                }
+                doc.pretokenized = true;
+                added += doc.tokens.size() * sizeof(token_id);
+            } else if (v->is_array()) {
                 for (const json & s : *v) {
                     take(s);
                 }
@@ -317,7 +337,9 @@ void corpus_reader::add_record(const nlohmann::json & rec, const std::string & w
         doc.text          = tok_.apply_chat_template(msgs, false);
         doc.parse_special = true;
     }
-    if (!doc.text.empty()) {
+    if (doc.pretokenized) {
+        out.push_back(std::move(doc));  // (counted in `added` as it was read)
+    } else if (!doc.text.empty()) {
         added += doc.text.size();
         out.push_back(std::move(doc));
     }

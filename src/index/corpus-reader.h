@@ -27,8 +27,10 @@ struct corpus_file {
 std::vector<corpus_file> list_corpus_files(const std::vector<std::string> & inputs, const corpus_params & params);
 
 struct corpus_document {
-    std::string text;
-    bool        parse_special = false;  // chat renderings contain control tokens as text
+    std::string           text;
+    bool                  parse_special = false;  // chat renderings contain control tokens as text
+    bool                  pretokenized  = false;  // a JSONL field held token ids: `tokens` is the document
+    std::vector<token_id> tokens;
 };
 
 // Returns the byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and code points past

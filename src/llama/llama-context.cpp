@@ -9,17 +9,22 @@ namespace rest {
 
 namespace {
 
-llama_flash_attn_type flash_attn_type(std::int32_t setting, bool offloaded) {
+llama_flash_attn_type flash_attn_type(std::int32_t setting, llama_target::hints h) {
     if (setting == 0) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
     if (setting == 1) return LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    // On CPU, ggml's flash attention walks every KV cell once per batch row, so verifying 8 rows cost 4.1x one row
-    // on stories260K, against 2.0x with the plain attention (matrix products). GPUs: llama.cpp's choice.
-    return offloaded ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    // GPUs: llama.cpp's choice. CPUs, measured (bench/bench-verify-shapes, /tmp drift probes):
+    //  - quantized weights: with flash attention a row's logits are bit-identical whether it is decoded alone or in
+    //    a batch, so verification reproduces plain decoding exactly; without it they drift (up to 0.8 in logits on
+    //    the 1.1B Q8_0/Q4_0 fixtures, enough to flip argmaxes). It is also faster there (t(8)/t(1) 4.6 vs 6.0).
+    //  - F32/F16 weights: rows drift slightly either way (matrix-vector vs matrix-matrix kernels), and the plain
+    //    attention is much faster on small models (stories260K: t(1) 0.18 vs 0.31 ms, t(8)/t(1) 3.0 vs 5.7).
+    if (h.offloaded) return LLAMA_FLASH_ATTN_TYPE_AUTO;
+    return h.quantized ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
 }
 
 }  // namespace
 
-llama_target::llama_target(llama_model * model, const context_params & params, bool offloaded) {
+llama_target::llama_target(llama_model * model, const context_params & params, hints h) {
     n_slots_ = std::max(1, params.n_slots);
     if (n_slots_ >= 256) {
         throw user_error("at most 255 slots are supported (llama.cpp allows 256 sequence ids per context)");
@@ -51,7 +56,7 @@ llama_target::llama_target(llama_model * model, const context_params & params, b
     cp.n_threads       = n_threads;
     cp.n_threads_batch = n_threads;
     cp.no_perf         = true;
-    cp.flash_attn_type = flash_attn_type(params.flash_attn, offloaded);
+    cp.flash_attn_type = flash_attn_type(params.flash_attn, h);
     ctx_.reset(llama_init_from_model(model, cp));
     if (!ctx_) {
         throw user_error("cannot create a llama.cpp context (n_ctx " + std::to_string(n_ctx) + "): " + llama_last_error());

@@ -22,8 +22,12 @@ namespace rest {
 
 class llama_target final : public target_model {
   public:
-    // offloaded: the model runs (partly) on a GPU, which decides automatic settings such as flash attention.
-    llama_target(llama_model * model, const context_params & params, bool offloaded);
+    // What automatic settings (flash attention) depend on.
+    struct hints {
+        bool offloaded = false;  // the model runs (partly) on a GPU
+        bool quantized = false;  // its weights are quantized (Q8_0, Q4_0, ...)
+    };
+    llama_target(llama_model * model, const context_params & params, hints h);
     ~llama_target() override;
 
     std::int32_t n_vocab() const override { return n_vocab_; }

@@ -36,7 +36,8 @@ class llama_loaded_model final : public model {
     bool is_eog(token_id t) const override { return llama_vocab_is_eog(llama_model_get_vocab(model_.get()), t); }
 
     std::unique_ptr<target_model> new_context(const context_params & params) const override {
-        return std::make_unique<llama_target>(model_.get(), params, offloaded_);
+        const bool quantized = info_.file_type != "F32" && info_.file_type != "F16" && info_.file_type != "BF16";
+        return std::make_unique<llama_target>(model_.get(), params, llama_target::hints{offloaded_, quantized});
     }
 
     std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const override {
