@@ -28,6 +28,12 @@ class llama_loaded_model final : public model {
         buf[0]            = 0;
         llama_model_meta_val_str(mp, "general.file_type", buf, sizeof(buf));
         info_.file_type = file_type_name(buf[0] ? std::atoi(buf) : -1);
+        if (info_.file_type == "unknown") {
+            // No general.file_type (e.g. stories260K): llama.cpp guesses it from the tensors and names it last in
+            // its description ("llama ?B (guessed) all F32").
+            const auto sp   = info_.description.rfind(' ');
+            info_.file_type = sp == std::string::npos ? "unknown" : info_.description.substr(sp + 1);
+        }
         info_.backend   = ggml_backend_dev_count() > 1 ? ggml_backend_dev_name(ggml_backend_dev_get(0)) : "CPU";
     }
 
