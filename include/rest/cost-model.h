@@ -45,7 +45,7 @@ struct adaptive_budget_params {
     double       time_ema = 0.05;       // weight of a new step in the online cost correction
     // When drafts keep not paying and drafting itself costs more than draft_cost_frac of a plain step, draft only
     // every 2, 4, ... backoff_max steps. (Cheap drafting never backs off: a paying draft can come any step.)
-    std::int32_t backoff_max = 4;
+    std::int32_t backoff_max = 16;
     double       draft_cost_frac = 0.02;
     // Exploration: when drafting does not pay but the best node's drafter score is at least explore_min_score,
     // verify the first nodes whose calibration bins have fewer than explore_obs observations (at most
@@ -79,6 +79,8 @@ class adaptive_budget final : public budget_policy {
     std::vector<double> path_probabilities(const draft_tree & t) const;
     // Predicted forward-pass time including the online correction.
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
+    // The guard's current cost factor for drafting configurations of a batch of nq requests (1: none).
+    double draft_cost_factor(std::size_t nq) const { return guard_[std::min<std::size_t>(nq, k_guards - 1)].inflate; }
     const cost_table & table() const { return table_; }
 
   private:
@@ -88,6 +90,23 @@ class adaptive_budget final : public budget_policy {
         double accepted = 0;  // of which accepted
     };
     std::size_t correction_index(std::int32_t n_rows) const;
+    void        settle_last_step();
+
+    // Guard against model error: per number of requests in the batch, the realised rate of drafting steps
+    // (tokens per microsecond, drafting included) against the predicted plain rate. While drafting steps realise
+    // less than plain would, drafting configurations are costed `inflate` times higher (up to 4x), so the policy
+    // keeps only drafts that pay by a margin; the factor relaxes again when they do pay.
+    struct guard {
+        double ratio = 1.0;    // EMA of realised / predicted-plain rate over drafting steps
+        double inflate = 1.0;  // multiplies drafting configurations' predicted time
+    };
+    static constexpr int k_guards = 17;  // batches of 1..16 requests, and more
+    std::array<guard, k_guards> guard_{};
+    bool                        pending_ = false;   // the last step drafted; settled at the next choose()
+    std::size_t                 pend_nq_ = 0;
+    double                      pend_plain_us_ = 0;
+    double                      pend_time_us_ = -1;
+    double                      pend_tokens_ = 0;
 
     cost_table                              table_;
     adaptive_budget_params                  params_;

@@ -59,7 +59,18 @@ bool adaptive_budget::want_draft() {
     return true;
 }
 
+void adaptive_budget::settle_last_step() {
+    if (!pending_) return;
+    pending_ = false;
+    if (pend_time_us_ <= 0 || pend_plain_us_ <= 0) return;
+    guard &      g     = guard_[std::min<std::size_t>(pend_nq_, k_guards - 1)];
+    const double ratio = (pend_tokens_ / pend_time_us_) / ((double) pend_nq_ / pend_plain_us_);
+    g.ratio            = 0.9 * g.ratio + 0.1 * std::clamp(ratio, 0.1, 10.0);
+    g.inflate          = g.ratio < 1.0 ? std::min(4.0, g.inflate * 1.02) : std::max(1.0, g.inflate / 1.02);
+}
+
 void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
+    settle_last_step();
     const size_t        nq = qs.size();
     std::vector<size_t> next(nq, 0), lim(nq, 0);
     double              n_past_mean = 0;
@@ -86,6 +97,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     std::int32_t rows      = (std::int32_t) nq;
     double       expected  = (double) nq;
     const double t_plain   = predict_us(rows, p);
+    const double inflate   = draft_cost_factor(nq);
     double       best_rate = expected / t_plain;
     std::vector<std::int32_t> cur(nq, 0);
     bool improved = false;
@@ -103,7 +115,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         ++cur[pick];
         ++rows;
         expected += pv;
-        const double rate = expected / predict_us(rows, p);
+        const double rate = expected / (predict_us(rows, p) * inflate);
         if (rate > best_rate) {
             best_rate = rate;
             std::copy(cur.begin(), cur.end(), n_out.begin());
@@ -119,9 +131,15 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         }
         rows_best += n_out[i];
     }
-    const bool pays = improved && exp_best / (predict_us(rows_best, p) + t_draft_us_) > (double) nq / t_plain;
+    const bool pays =
+        improved && exp_best / (predict_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
     if (pays) {
-        n_zero_ = 0;
+        n_zero_        = 0;
+        pending_       = true;
+        pend_nq_       = nq;
+        pend_plain_us_ = t_plain;
+        pend_time_us_  = -1;
+        pend_tokens_   = (double) nq;
         return;
     }
     // Not paying: back off drafting exponentially, if drafting costs enough to matter. Keep learning: when the best
@@ -171,10 +189,12 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
         t_draft_us_ = t_draft_us_ == 0 ? t_draft_us : 0.9 * t_draft_us_ + 0.1 * t_draft_us;
     }
     last_n_past_ = n_past;
+    if (pending_) pend_time_us_ = t_us + t_draft_us;
 }
 
 void adaptive_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_verified,
                                          std::span<const std::int32_t> path) {
+    if (pending_) pend_tokens_ += (double) path.size();
     // A node tells about its conditional probability only if its parent was accepted (or is the root).
     const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
     std::vector<char>  accepted(n, 0);
