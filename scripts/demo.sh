@@ -2,8 +2,8 @@
 # README command 1: build rest.cpp, index the local Python standard library with the demo model's tokenizer
 # (models/README.md), then complete a few Python prompts with plain greedy decoding and with REST, and compare.
 # Env: BUILD_DIR (build), CACHE (~/.cache/rest.cpp/demo), MODEL (models/pystdlib-demo-f16.gguf), PYLIB (the
-#      /usr/lib/python3.N directories), N_PREDICT (96), THREADS (all cores), DRAFT (4 draft nodes per step; -1:
-#      the adaptive budget).
+#      /usr/lib/python3.N directories), N_PREDICT (96), THREADS (all cores), DRAFT (-1: the adaptive budget, the
+#      default; N >= 0: a fixed draft of N nodes per step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,9 +60,9 @@ run() {  # $1 = label, rest = extra args; writes $CACHE/$1.jsonl
 }
 step "complete $(wc -l < "$PROMPTS") prompts, $N_PREDICT tokens each: plain greedy decoding (--no-spec)"
 run plain --no-spec
-# A fixed draft of DRAFT nodes per step: on this 1.4M-parameter model one forward pass costs ~0.2 ms, and the
-# adaptive budget (the default) does not find that drafting pays, so it drafts almost nothing here. DRAFT=-1 uses it.
-DRAFT=${DRAFT:-4}
+# The adaptive budget (rest's default) learns how often this model accepts drafts and sizes each step's chain from
+# the measured verify cost; DRAFT=N forces N nodes per step instead.
+DRAFT=${DRAFT:--1}
 step "the same with REST (--index $IDX, $( [ "$DRAFT" -ge 0 ] && echo "--draft-fixed $DRAFT" || echo "adaptive budget"))"
 if [ "$DRAFT" -ge 0 ]; then
     run rest --index "$IDX" --draft-fixed "$DRAFT"
