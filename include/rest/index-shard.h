@@ -10,13 +10,18 @@
 //   buckets       optional first-token table (n_vocab + 1 u32): [buckets[t], buckets[t+1]) are the ranks of the
 //                 suffixes starting with token t, so the first narrowing step is O(1).
 //
-// Every query is O(log n) per pattern token and touches only the pages it reads.
+// Every query is O(log n) per pattern token and touches only the pages it reads. With the first-token table, a
+// large bucket also gets, on its first query, an in-memory sample of every 32nd suffix's next 3-6 tokens (as many
+// as fit in 8 bytes; built lazily so opening stays O(1)): find() searches the dense sample first, then at most a few
+// dozen ranks of the mapped arrays, which saves the binary search's cold probes (each a cache and TLB miss).
 #pragma once
 
 #include "rest/types.h"
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 namespace rest {
 
@@ -83,6 +88,14 @@ class index_shard {
   private:
     // Sort key of token t at a position: separators sort after every token.
     std::uint64_t key_at(std::uint64_t pos) const;
+    // The lazily built sample of bucket t (nullptr for small buckets or without a first-token table).
+    const std::vector<std::uint64_t> * bucket_sample(token_id t) const;
+    // The next tokens after a suffix's first (as many as the sample's keys hold), packed so that integer order is
+    // suffix order.
+    std::uint64_t packed_next(std::uint64_t pos) const;
+
+    struct samples;                     // per-bucket once-flags and sample arrays, shared by copies of the view
+    std::shared_ptr<samples> samples_;
 
     const void *          text_      = nullptr;
     const std::uint32_t * sa_        = nullptr;

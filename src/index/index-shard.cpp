@@ -1,6 +1,7 @@
 #include "rest/index-shard.h"
 
 #include <algorithm>
+#include <mutex>
 #include <stdexcept>
 
 namespace rest {
@@ -19,12 +20,70 @@ index_shard::index_shard(const void * text, std::uint64_t n_text, const std::uin
     }
 }
 
+namespace {
+
+constexpr std::uint64_t k_sample_step = 32;   // ranks per sample
+constexpr std::uint64_t k_sample_min  = 256;  // smaller buckets are searched directly
+
+}  // namespace
+
+struct index_shard::samples {
+    explicit samples(std::size_t n) : once(n), keys(n) {}
+    std::vector<std::once_flag>             once;
+    std::vector<std::vector<std::uint64_t>> keys;
+    // Token keys in `bits` bits each (0: past the end, t + 1: token t, key_max: separator), as many as fit in 64
+    // bits: 6 tokens for a 512-token vocabulary, 4 for 32k, 3 for 150k.
+    int           bits    = 0;
+    std::uint64_t key_max = 0;
+    std::size_t   n_keys  = 0;
+};
+
 void index_shard::set_first_token_buckets(const std::uint32_t * buckets, std::uint64_t n_buckets) {
     if (buckets && (n_buckets == 0 || buckets[n_buckets - 1] != n_sa_)) {
         throw std::invalid_argument("index_shard: first-token table does not end at the suffix-array size");
     }
     buckets_   = buckets;
     n_buckets_ = buckets ? n_buckets : 0;
+    samples_ = nullptr;
+    if (buckets) {
+        int bits = 1;
+        while ((std::uint64_t(1) << bits) - 1 < n_buckets + 1) ++bits;  // key_max > n_vocab + 1 >= every t + 1
+        if (bits <= 21) {  // at least three tokens per key
+            samples_          = std::make_shared<samples>(n_buckets);
+            samples_->bits    = bits;
+            samples_->key_max = (std::uint64_t(1) << bits) - 1;
+            samples_->n_keys  = std::min<std::size_t>(8, 64 / bits);
+        }
+    }
+}
+
+std::uint64_t index_shard::packed_next(std::uint64_t pos) const {
+    const samples & s = *samples_;
+    std::uint64_t   v = 0;
+    for (std::uint64_t d = 1; d <= s.n_keys; ++d) {
+        const std::uint64_t k = key_at(pos + d);
+        v = (v << s.bits) | (k == UINT64_MAX ? s.key_max : k);
+    }
+    return v;
+}
+
+const std::vector<std::uint64_t> * index_shard::bucket_sample(token_id t) const {
+    if (!samples_ || t < 0 || static_cast<std::uint64_t>(t) + 1 >= n_buckets_) {
+        return nullptr;
+    }
+    const std::uint64_t lo = buckets_[t], hi = buckets_[t + 1];
+    if (hi - lo < k_sample_min) {
+        return nullptr;
+    }
+    samples & s = *samples_;
+    std::call_once(s.once[t], [&] {
+        std::vector<std::uint64_t> & keys = s.keys[t];
+        keys.reserve((hi - lo + k_sample_step - 1) / k_sample_step);
+        for (std::uint64_t r = lo; r < hi; r += k_sample_step) {
+            keys.push_back(packed_next(sa_[r]));
+        }
+    });
+    return &s.keys[t];
 }
 
 std::uint64_t index_shard::key_at(std::uint64_t pos) const {
@@ -43,11 +102,24 @@ namespace {
 // probes above that point are shared. Each step prefetches the suffix-array entries of both possible next probes,
 // so a probe waits on one cache miss (the text) instead of two (suffix array, then text).
 template <typename Cmp>
-sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t hi, Cmp && cmp) {
+sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t hi, Cmp && cmp,
+                     const void * text = nullptr, int width = 2) {
     while (lo < hi) {
         const std::uint64_t mid = lo + (hi - lo) / 2;
-        __builtin_prefetch(sa + lo + (mid - lo) / 2);
-        __builtin_prefetch(sa + mid + 1 + (hi - mid - 1) / 2);
+        const std::uint64_t c1  = lo + (mid - lo) / 2, c2 = mid + 1 + (hi - mid - 1) / 2;
+        __builtin_prefetch(sa + c1);
+        __builtin_prefetch(sa + c2);
+        if (text) {
+            // Two levels ahead: the grandchildren's suffix-array entries, and the text of both children (their
+            // entries came in a step ago), so the next probe's text read is a cache hit rather than a miss.
+            __builtin_prefetch(sa + lo + (c1 - lo) / 2);
+            __builtin_prefetch(sa + c1 + 1 + (mid - c1 - 1) / 2);
+            __builtin_prefetch(sa + mid + 1 + (c2 - mid - 1) / 2);
+            __builtin_prefetch(sa + c2 + 1 + (hi - c2 - 1) / 2);
+            const char * t = static_cast<const char *>(text);
+            if (c1 < mid) __builtin_prefetch(t + (std::uint64_t(sa[c1]) + 1) * width);
+            if (c2 < hi) __builtin_prefetch(t + (std::uint64_t(sa[c2]) + 1) * width);
+        }
         const int c = cmp(mid);
         if (c < 0) {
             lo = mid + 1;
@@ -113,21 +185,79 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
     // The first token by the table (O(1)), the rest by one binary search comparing whole suffixes: O(log |range|)
     // probes in all, against O(|pattern| log |range|) narrowing token by token. A probe reads the pattern's tokens
     // from one text position, usually one cache line.
-    const sa_range r = narrow(full(), 0, pattern[0]);
+    sa_range r = narrow(full(), 0, pattern[0]);
     if (pattern.size() == 1 || r.empty()) {
         return r;
     }
-    return equal_range(sa_, r.lo, r.hi, [&](std::uint64_t rank) {
-        const std::uint64_t pos = sa_[rank];
-        for (std::size_t d = 1; d < pattern.size(); ++d) {
-            const std::uint64_t k   = key_at(pos + d);
-            const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
-            if (k != key) {
-                return k < key ? -1 : 1;
-            }
+    const std::size_t n_keys  = samples_ ? samples_->n_keys : 0;
+    const bool        keyable = samples_ && std::all_of(pattern.begin() + 1,
+                                                        pattern.begin() + std::min(pattern.size(), 1 + n_keys),
+                                                        [&](token_id t) {
+                                                            return static_cast<std::uint64_t>(t) + 1 <
+                                                                   samples_->key_max;
+                                                        });
+    if (const std::vector<std::uint64_t> * keys = keyable ? bucket_sample(pattern[0]) : nullptr) {
+        // Bounds on the pattern's next n_keys tokens (missing ones as the smallest and largest keys): every match
+        // has a packed key in [low, high]. Sample j is rank lo + 32 j, so the matches lie in the ranks from the
+        // last sample below `low` to the first sample above `high`.
+        const int     bits = samples_->bits;
+        std::uint64_t low = 0, high = 0;
+        for (std::size_t d = 1; d <= n_keys; ++d) {
+            const bool          have = d < pattern.size();
+            const std::uint64_t k    = have ? static_cast<std::uint64_t>(pattern[d]) + 1 : 0;
+            low  = (low << bits) | (have ? k : 0);
+            high = (high << bits) | (have ? k : samples_->key_max);
         }
-        return 0;
-    });
+        const std::uint64_t j_lo = std::lower_bound(keys->begin(), keys->end(), low) - keys->begin();
+        const std::uint64_t j_hi = std::upper_bound(keys->begin(), keys->end(), high) - keys->begin();
+        const std::uint64_t lo   = r.lo;
+        if (pattern.size() <= 1 + n_keys) {
+            // The keys decide matching exactly: each bound lies between two neighbouring samples, so two searches of
+            // at most 32 ranks find them (instead of one descent over every match).
+            const std::uint64_t hi_b = r.hi;
+            auto rank = [&](std::uint64_t j) { return std::min(hi_b, lo + j * k_sample_step); };
+            auto first = [&](std::uint64_t a, std::uint64_t b, auto && pred) {  // first rank in [a, b) with pred
+                while (a < b) {
+                    const std::uint64_t m = a + (b - a) / 2;
+                    if (pred(m)) b = m; else a = m + 1;
+                }
+                return a;
+            };
+            auto cmp = [&](std::uint64_t rk) {
+                const std::uint64_t pos = sa_[rk];
+                for (std::size_t d = 1; d < pattern.size(); ++d) {
+                    const std::uint64_t k   = key_at(pos + d);
+                    const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
+                    if (k != key) return k < key ? -1 : 1;
+                }
+                return 0;
+            };
+            const std::uint64_t a = first(j_lo == 0 ? lo : rank(j_lo - 1) + 1, rank(j_lo),
+                                          [&](std::uint64_t rk) { return cmp(rk) >= 0; });
+            const std::uint64_t e = first(j_hi == 0 ? lo : rank(j_hi - 1) + 1, rank(j_hi),
+                                          [&](std::uint64_t rk) { return cmp(rk) > 0; });
+            return {a, std::max(a, e)};
+        }
+        r.lo = lo + (j_lo == 0 ? 0 : (j_lo - 1) * k_sample_step);
+        r.hi = std::min(r.hi, lo + j_hi * k_sample_step);
+        if (r.empty()) {
+            return {r.lo, r.lo};
+        }
+    }
+    return equal_range(
+        sa_, r.lo, r.hi,
+        [&](std::uint64_t rank) {
+            const std::uint64_t pos = sa_[rank];
+            for (std::size_t d = 1; d < pattern.size(); ++d) {
+                const std::uint64_t k   = key_at(pos + d);
+                const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
+                if (k != key) {
+                    return k < key ? -1 : 1;
+                }
+            }
+            return 0;
+        },
+        text_, width_);
 }
 
 std::size_t index_shard::read(std::uint64_t pos, std::span<token_id> out) const {
