@@ -31,7 +31,7 @@ struct cost_table {
 
 struct calibrate_params {
     std::vector<std::int32_t> rows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
-    std::int32_t              n_reps = 5;         // fastest of this many timings per size
+    std::int32_t              n_reps = 7;         // fastest of this many timings per size (round robin)
     std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us
     double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
 };
