@@ -54,16 +54,19 @@ class topk_drafter final : public draft_provider {
     std::vector<token_id> ctx_;
 };
 
+// Configs 0 and 1 are two sampler chains on a tree-capable model; 2 and 3 the same chains on a chains-only model
+// (the CPU default layout), where the decoder verifies each tree's best path.
 sampler_params params_for(int config, std::uint32_t seed) {
     sampler_params p;
     p.seed = seed;
-    if (config == 0) { p.temp = 0.8f; p.top_k = 4; p.top_p = 1.0f; p.min_p = 0.0f; }
+    if (config % 2 == 0) { p.temp = 0.8f; p.top_k = 4; p.top_p = 1.0f; p.min_p = 0.0f; }
     else             { p.temp = 1.3f; p.top_k = 0; p.top_p = 0.9f; p.min_p = 0.02f; }
     return p;
 }
 
 std::vector<token_id> run_decoder(int config, std::uint32_t seed, bool speculate) {
     fake_target m(k_vocab, 64, 1, 77, 1.0f);
+    m.chains_only_ = config >= 2;
     llama_chain_sampler s(k_vocab, params_for(config, seed));
     topk_drafter d(m);
     decoder dec(m, nullptr);
@@ -167,6 +170,6 @@ TEST_P(sampling_exactness, speculative_equals_plain_per_seed_and_in_distribution
     EXPECT_GT(s_bad, chi2_critical(df_bad)) << "the test failed to detect REST's per-path resampling bias";
 }
 
-INSTANTIATE_TEST_SUITE_P(configs, sampling_exactness, ::testing::Values(0, 1));
+INSTANTIATE_TEST_SUITE_P(configs, sampling_exactness, ::testing::Values(0, 1, 2, 3));
 
 }  // namespace
