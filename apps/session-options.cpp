@@ -2,7 +2,7 @@
 #include "commands.h"
 #include "session.h"
 
-#include <map>
+#include <string>
 
 void add_verify_options(CLI::App * cmd, session_params & sp) {
     cmd->add_option("--draft-layout", sp.layout,
@@ -10,8 +10,10 @@ void add_verify_options(CLI::App * cmd, session_params & sp) {
                     "per-step layout overhead, bit-exact on quantized CPU models) or auto (chain on CPU, tree on GPU)")
         ->check(CLI::IsMember({"auto", "tree", "chain"}))
         ->capture_default_str();
-    static const std::map<std::string, int> fa = {{"auto", -1}, {"off", 0}, {"on", 1}};
-    cmd->add_option("--flash-attn", sp.ctx.flash_attn, "Flash attention: auto (CPU: on for quantized models, off for F32/F16), on, off")
-        ->transform(CLI::CheckedTransformer(fa, CLI::ignore_case))
+    cmd->add_option_function<std::string>(
+           "--flash-attn",
+           [&sp](const std::string & v) { sp.ctx.flash_attn = v == "on" ? 1 : v == "off" ? 0 : -1; },
+           "Flash attention: auto (CPU: on for quantized models, off for F32/F16), on, off")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
         ->default_str("auto");
 }
