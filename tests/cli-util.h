@@ -1,9 +1,13 @@
 // Running the built `rest` binary from tests: exit code, signal, stdout and stderr.
 #pragma once
 
+#include "test-util.h"
+
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -35,10 +39,18 @@ inline std::string slurp(const std::string & path) {
     return ss.str();
 }
 
-// Runs `bin args` (args already shell-quoted as needed) with stdout/stderr captured in files under dir.
-inline cli_result run_cli(const std::string & bin, const std::string & args, const std::string & dir) {
+// Runs `bin args` (args already shell-quoted as needed) with stdout/stderr captured in files under dir, and
+// stdin_text (if any) on its standard input.
+inline cli_result run_cli(const std::string & bin, const std::string & args, const std::string & dir,
+                          const std::string & stdin_text = "") {
     const std::string out = dir + "/stdout", err = dir + "/stderr";
-    const std::string cmd = shell_quote(bin) + " " + args + " </dev/null >" + shell_quote(out) + " 2>" + shell_quote(err);
+    std::string       in  = "/dev/null";
+    if (!stdin_text.empty()) {
+        in = dir + "/stdin";
+        std::ofstream(in, std::ios::binary) << stdin_text;
+    }
+    const std::string cmd = shell_quote(bin) + " " + args + " <" + shell_quote(in) + " >" + shell_quote(out) + " 2>" +
+                            shell_quote(err);
     const int status = std::system(cmd.c_str());
     cli_result r;
     if (WIFEXITED(status)) {
@@ -52,5 +64,23 @@ inline cli_result run_cli(const std::string & bin, const std::string & args, con
     r.err = slurp(err);
     return r;
 }
+
+// A test of the `rest` binary with a fresh scratch directory named after the test. Fixtures call open() first in
+// SetUp (and return on a fatal failure).
+class cli_test : public ::testing::Test {
+  protected:
+    void open(const std::string & prefix) {
+        bin_ = rest_bin();
+        ASSERT_TRUE(std::filesystem::exists(bin_)) << "rest binary not found at " << bin_ << " (build rest-cli)";
+        dir_ = tmp_dir() + "/" + prefix + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+        std::filesystem::remove_all(dir_);
+        std::filesystem::create_directories(dir_);
+    }
+    cli_result run(const std::string & args, const std::string & stdin_text = "") const {
+        return run_cli(bin_, args, dir_, stdin_text);
+    }
+
+    std::string bin_, dir_;
+};
 
 }  // namespace rest_test

@@ -31,16 +31,9 @@ std::string valid_utf8(const std::string & s) {
     return out;
 }
 
-class bench_cli : public ::testing::Test {
+class bench_cli : public rest_test::cli_test {
   protected:
-    void SetUp() override {
-        bin_ = rest_test::rest_bin();
-        ASSERT_TRUE(fs::exists(bin_)) << "rest binary not found at " << bin_;
-        dir_ = rest_test::tmp_dir() + "/cli-bench-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    rest_test::cli_result run(const std::string & args) { return run_cli(bin_, args, dir_); }
+    void SetUp() override { open("cli-bench-"); }
 
     // A JSONL prompt file, and a datastore of the prompts followed by the model's own greedy continuations.
     void make_inputs(const std::string & model, const std::vector<std::string> & prompts, int n) {
@@ -72,7 +65,7 @@ class bench_cli : public ::testing::Test {
         return nlohmann::json::parse(in);
     }
 
-    std::string bin_, dir_, prompts_, index_;
+    std::string prompts_, index_;
 };
 
 const nlohmann::json * method(const nlohmann::json & j, const std::string & name) {

@@ -14,19 +14,15 @@ using rest_test::shell_quote;
 
 namespace {
 
-class generate_cli : public ::testing::Test {
+class generate_cli : public rest_test::cli_test {
   protected:
     void SetUp() override {
-        bin_ = rest_test::rest_bin();
-        ASSERT_TRUE(fs::exists(bin_)) << "rest binary not found at " << bin_;
-        dir_ = rest_test::tmp_dir() + "/cli-gen-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
+        open("cli-gen-");
+        if (HasFatalFailure()) return;
         rest::fixture_params p;
         model_ = rest_test::fixture_model(p);
     }
-    rest_test::cli_result run(const std::string & args) { return run_cli(bin_, args, dir_); }
-    std::string bin_, dir_, model_;
+    std::string model_;
 };
 
 TEST_F(generate_cli, bad_model_files_fail_cleanly) {

@@ -1,6 +1,7 @@
 // `rest index ...` on bad input: each case exits 1..127 (no crash, no signal) with exactly one line on stderr.
 // Runs the built binary ($REST_BIN/rest) with llama.cpp's vocab-only GGUFs and, when present, stories260K.
 #include "index/index-format.h"
+#include "cli-util.h"
 #include "test-util.h"
 
 #include <gtest/gtest.h>
@@ -20,52 +21,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct run_result {
-    int         code     = -1;
-    bool        signaled = false;
-    std::string out, err;
-};
+using rest_test::shell_quote;
+using rest_test::slurp;
+using run_result = rest_test::cli_result;
 
-std::string slurp(const std::string & path) {
-    std::ifstream     in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::string quote(const std::string & s) {
-    std::string q = "'";
-    for (char c : s) {
-        q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    return q + "'";
-}
-
-class index_cli : public ::testing::Test {
+class index_cli : public rest_test::cli_test {
   protected:
     void SetUp() override {
-        bin_ = rest_test::rest_bin();
-        ASSERT_TRUE(fs::exists(bin_)) << "rest binary not found at " << bin_ << " (build the rest-cli target)";
         spm_ = std::string(REST_LLAMA_SOURCE) + "/models/ggml-vocab-llama-spm.gguf";
         if (!fs::exists(spm_)) {
             GTEST_SKIP() << "llama.cpp vocab models not found under " << REST_LLAMA_SOURCE;
         }
-        dir_ = rest_test::tmp_dir() + "/cli-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-
-    run_result run(const std::string & args, const std::string & stdin_text = "") {
-        const std::string in = dir_ + "/stdin", out = dir_ + "/stdout", err = dir_ + "/stderr";
-        std::ofstream(in) << stdin_text;
-        const std::string cmd = quote(bin_) + " " + args + " <" + quote(in) + " >" + quote(out) + " 2>" + quote(err);
-        const int         st  = std::system(cmd.c_str());
-        run_result        r;
-        r.signaled = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) > 127);
-        r.code     = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        r.out      = slurp(out);
-        r.err      = slurp(err);
-        return r;
+        open("cli-");
     }
 
     std::string write(const std::string & name, const std::string & content) {
@@ -77,7 +44,7 @@ class index_cli : public ::testing::Test {
     std::string build_good() {
         const std::string txt = write("corpus.txt", "int main(void) { return 0; }\nint add(int a, int b) { return a + b; }\n");
         const std::string idx = dir_ + "/good.idx";
-        const run_result  r   = run("index build -m " + quote(spm_) + " -o " + quote(idx) + " " + quote(txt));
+        const run_result  r   = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(idx) + " " + shell_quote(txt));
         EXPECT_EQ(r.code, 0) << r.err;
         return idx;
     }
@@ -95,19 +62,19 @@ class index_cli : public ::testing::Test {
         }
     }
 
-    std::string bin_, spm_, dir_;
+    std::string spm_;
 };
 
 TEST_F(index_cli, build_inspect_query_round_trip) {
     const std::string idx = build_good();
-    const run_result  i   = run("index inspect --json " + quote(idx));
+    const run_result  i   = run("index inspect --json " + shell_quote(idx));
     ASSERT_EQ(i.code, 0) << i.err;
     EXPECT_NE(i.out.find("\"format_version\": 1"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"documents\": 1"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"token_width_bytes\": 2"), std::string::npos) << i.out;
-    const run_result v = run("index verify " + quote(idx));
+    const run_result v = run("index verify " + shell_quote(idx));
     EXPECT_EQ(v.code, 0) << v.err;
-    const run_result q = run("index query -m " + quote(spm_) + " " + quote(idx) + " 'int add(int a, int'");
+    const run_result q = run("index query -m " + shell_quote(spm_) + " " + shell_quote(idx) + " 'int add(int a, int'");
     ASSERT_EQ(q.code, 0) << q.err;
     EXPECT_NE(q.out.find("1 occurrences"), std::string::npos) << q.out;
     EXPECT_NE(q.out.find("b) { return a + b; }"), std::string::npos) << q.out;
@@ -115,30 +82,30 @@ TEST_F(index_cli, build_inspect_query_round_trip) {
 
 TEST_F(index_cli, build_from_stdin_and_jsonl) {
     const std::string idx = dir_ + "/stdin.idx";
-    run_result        r   = run("index build -m " + quote(spm_) + " -o " + quote(idx) + " --format jsonl -",
+    run_result        r   = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(idx) + " --format jsonl -",
                                 "{\"text\": \"hello world\"}\n{\"text\": \"second record\"}\n");
     ASSERT_EQ(r.code, 0) << r.err;
-    r = run("index inspect --json " + quote(idx));
+    r = run("index inspect --json " + shell_quote(idx));
     EXPECT_NE(r.out.find("\"documents\": 2"), std::string::npos) << r.out;
 }
 
 TEST_F(index_cli, missing_input) {
-    expect_one_line_error(run("index build -m " + quote(spm_) + " -o " + quote(dir_ + "/x.idx") + " " +
-                              quote(dir_ + "/nope.txt")),
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/x.idx") + " " +
+                              shell_quote(dir_ + "/nope.txt")),
                           {"nope.txt", "No such file"});
     EXPECT_FALSE(fs::exists(dir_ + "/x.idx"));
 }
 
 TEST_F(index_cli, missing_model) {
     const std::string txt = write("a.txt", "text");
-    expect_one_line_error(run("index build -m " + quote(dir_ + "/no-model.gguf") + " -o " + quote(dir_ + "/x.idx") +
-                              " " + quote(txt)),
+    expect_one_line_error(run("index build -m " + shell_quote(dir_ + "/no-model.gguf") + " -o " + shell_quote(dir_ + "/x.idx") +
+                              " " + shell_quote(txt)),
                           {"no-model.gguf"});
 }
 
 TEST_F(index_cli, empty_corpus) {
     const std::string txt = write("empty.txt", "");
-    expect_one_line_error(run("index build -m " + quote(spm_) + " -o " + quote(dir_ + "/x.idx") + " " + quote(txt)),
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/x.idx") + " " + shell_quote(txt)),
                           {"empty corpus"});
     EXPECT_FALSE(fs::exists(dir_ + "/x.idx"));
     for (const auto & e : fs::directory_iterator(dir_)) {
@@ -150,7 +117,7 @@ TEST_F(index_cli, empty_corpus) {
 TEST_F(index_cli, binary_input_is_skipped_with_a_warning) {
     write("good.txt", "some text");
     write("blob.bin", std::string("\x7f" "ELF\0\0\0", 7));
-    const run_result r = run("index build -m " + quote(spm_) + " -o " + quote(dir_ + "/x.idx") + " " + quote(dir_));
+    const run_result r = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/x.idx") + " " + shell_quote(dir_));
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
     EXPECT_NE(r.err.find("rest: warning: skipping"), std::string::npos) << r.err;
@@ -160,8 +127,8 @@ TEST_F(index_cli, binary_input_is_skipped_with_a_warning) {
 
 TEST_F(index_cli, jsonl_bad_line) {
     const std::string f = write("bad.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": \n");
-    expect_one_line_error(run("index build -m " + quote(spm_) + " -o " + quote(dir_ + "/x.idx") + " --format jsonl " +
-                              quote(f)),
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/x.idx") + " --format jsonl " +
+                              shell_quote(f)),
                           {"bad.jsonl:3", "invalid JSON"});
 }
 
@@ -170,16 +137,16 @@ TEST_F(index_cli, bad_index_files) {
     const std::string bytes = slurp(idx);
     auto              save  = [&](const std::string & name, const std::string & b) { return write(name, b); };
 
-    expect_one_line_error(run("index inspect " + quote(save("trunc.idx", bytes.substr(0, bytes.size() - 100)))),
+    expect_one_line_error(run("index inspect " + shell_quote(save("trunc.idx", bytes.substr(0, bytes.size() - 100)))),
                           {"trunc.idx", "truncated"});
     std::string magic = bytes;
     std::memcpy(magic.data(), "NOTANIDX", 8);
-    expect_one_line_error(run("index inspect " + quote(save("magic.idx", magic))), {"magic.idx", "not a rest index"});
+    expect_one_line_error(run("index inspect " + shell_quote(save("magic.idx", magic))), {"magic.idx", "not a rest index"});
     std::string         future  = bytes;
     const std::uint32_t version = rest::index_format::k_version + 1;
     std::memcpy(future.data() + offsetof(rest::index_format::file_header, version), &version, 4);
-    expect_one_line_error(run("index inspect " + quote(save("future.idx", future))), {"future.idx", "newer"});
-    expect_one_line_error(run("index verify " + quote(dir_ + "/absent.idx")), {"absent.idx", "No such file"});
+    expect_one_line_error(run("index inspect " + shell_quote(save("future.idx", future))), {"future.idx", "newer"});
+    expect_one_line_error(run("index verify " + shell_quote(dir_ + "/absent.idx")), {"absent.idx", "No such file"});
 }
 
 TEST_F(index_cli, flipped_byte_caught_by_verify) {
@@ -187,8 +154,8 @@ TEST_F(index_cli, flipped_byte_caught_by_verify) {
     std::string       bytes = slurp(idx);
     bytes[rest::index_format::k_header_bytes + 2] ^= 0x01;  // inside shard 0's text
     const std::string bad = write("flipped.idx", bytes);
-    EXPECT_EQ(run("index inspect " + quote(bad)).code, 0);  // open reads the header only
-    expect_one_line_error(run("index verify " + quote(bad)), {"flipped.idx", "shard 0 text", "checksum"});
+    EXPECT_EQ(run("index inspect " + shell_quote(bad)).code, 0);  // open reads the header only
+    expect_one_line_error(run("index verify " + shell_quote(bad)), {"flipped.idx", "shard 0 text", "checksum"});
 }
 
 TEST_F(index_cli, wrong_tokenizer_names_both) {
@@ -197,12 +164,12 @@ TEST_F(index_cli, wrong_tokenizer_names_both) {
     if (!fs::exists(qwen)) {
         GTEST_SKIP() << "no qwen2 vocab";
     }
-    expect_one_line_error(run("index query -m " + quote(qwen) + " " + quote(idx) + " 'int'"),
+    expect_one_line_error(run("index query -m " + shell_quote(qwen) + " " + shell_quote(idx) + " 'int'"),
                           {"good.idx", "32000 tokens", "151936 tokens"});
 }
 
 TEST_F(index_cli, bad_arguments) {
-    const run_result r = run("index build -m " + quote(spm_) + " -o x.idx --format yaml in.txt");
+    const run_result r = run("index build -m " + shell_quote(spm_) + " -o x.idx --format yaml in.txt");
     EXPECT_FALSE(r.signaled);
     EXPECT_GE(r.code, 1);
     EXPECT_LE(r.code, 127);
