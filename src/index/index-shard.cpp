@@ -154,6 +154,16 @@ sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t h
     return {lo, lo};
 }
 
+// The first rank in [a, b) where a monotone predicate holds (b when none does).
+template <typename Pred>
+std::uint64_t first_rank(std::uint64_t a, std::uint64_t b, Pred && pred) {
+    while (a < b) {
+        const std::uint64_t m = a + (b - a) / 2;
+        if (pred(m)) b = m; else a = m + 1;
+    }
+    return a;
+}
+
 }  // namespace
 
 sa_range index_shard::narrow(sa_range r, std::uint32_t depth, token_id t) const {
@@ -189,13 +199,22 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
     if (pattern.size() == 1 || r.empty()) {
         return r;
     }
+    // The suffix at a rank against the pattern past its first token: every search below compares with this.
+    auto cmp = [&](std::uint64_t rank) {
+        const std::uint64_t pos = sa_[rank];
+        for (std::size_t d = 1; d < pattern.size(); ++d) {
+            const std::uint64_t k   = key_at(pos + d);
+            const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
+            if (k != key) {
+                return k < key ? -1 : 1;
+            }
+        }
+        return 0;
+    };
     const std::size_t n_keys  = samples_ ? samples_->n_keys : 0;
+    auto              fits    = [&](token_id t) { return static_cast<std::uint64_t>(t) + 1 < samples_->key_max; };
     const bool        keyable = samples_ && std::all_of(pattern.begin() + 1,
-                                                        pattern.begin() + std::min(pattern.size(), 1 + n_keys),
-                                                        [&](token_id t) {
-                                                            return static_cast<std::uint64_t>(t) + 1 <
-                                                                   samples_->key_max;
-                                                        });
+                                                        pattern.begin() + std::min(pattern.size(), 1 + n_keys), fits);
     if (const std::vector<std::uint64_t> * keys = keyable ? bucket_sample(pattern[0]) : nullptr) {
         // Bounds on the pattern's next n_keys tokens (missing ones as the smallest and largest keys): every match
         // has a packed key in [low, high]. Sample j is rank lo + 32 j, so the matches lie in the ranks from the
@@ -216,26 +235,10 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
             // at most 32 ranks find them (instead of one descent over every match).
             const std::uint64_t hi_b = r.hi;
             auto rank = [&](std::uint64_t j) { return std::min(hi_b, lo + j * k_sample_step); };
-            auto first = [&](std::uint64_t a, std::uint64_t b, auto && pred) {  // first rank in [a, b) with pred
-                while (a < b) {
-                    const std::uint64_t m = a + (b - a) / 2;
-                    if (pred(m)) b = m; else a = m + 1;
-                }
-                return a;
-            };
-            auto cmp = [&](std::uint64_t rk) {
-                const std::uint64_t pos = sa_[rk];
-                for (std::size_t d = 1; d < pattern.size(); ++d) {
-                    const std::uint64_t k   = key_at(pos + d);
-                    const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
-                    if (k != key) return k < key ? -1 : 1;
-                }
-                return 0;
-            };
-            const std::uint64_t a = first(j_lo == 0 ? lo : rank(j_lo - 1) + 1, rank(j_lo),
-                                          [&](std::uint64_t rk) { return cmp(rk) >= 0; });
-            const std::uint64_t e = first(j_hi == 0 ? lo : rank(j_hi - 1) + 1, rank(j_hi),
-                                          [&](std::uint64_t rk) { return cmp(rk) > 0; });
+            const std::uint64_t a = first_rank(j_lo == 0 ? lo : rank(j_lo - 1) + 1, rank(j_lo),
+                                               [&](std::uint64_t rk) { return cmp(rk) >= 0; });
+            const std::uint64_t e = first_rank(j_hi == 0 ? lo : rank(j_hi - 1) + 1, rank(j_hi),
+                                               [&](std::uint64_t rk) { return cmp(rk) > 0; });
             return {a, std::max(a, e)};
         }
         r.lo = lo + (j_lo == 0 ? 0 : (j_lo - 1) * k_sample_step);
@@ -244,20 +247,7 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
             return {r.lo, r.lo};
         }
     }
-    return equal_range(
-        sa_, r.lo, r.hi,
-        [&](std::uint64_t rank) {
-            const std::uint64_t pos = sa_[rank];
-            for (std::size_t d = 1; d < pattern.size(); ++d) {
-                const std::uint64_t k   = key_at(pos + d);
-                const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
-                if (k != key) {
-                    return k < key ? -1 : 1;
-                }
-            }
-            return 0;
-        },
-        text_, width_);
+    return equal_range(sa_, r.lo, r.hi, cmp, text_, width_);
 }
 
 std::size_t index_shard::read(std::uint64_t pos, std::span<token_id> out) const {
