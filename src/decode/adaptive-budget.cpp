@@ -99,8 +99,8 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     const double t_plain   = predict_us(rows, p);
     const double inflate   = draft_cost_factor(nq);
     double       best_rate = expected / t_plain;
-    std::vector<std::int32_t> cur(nq, 0);
-    bool improved = false;
+    double       exp_best  = expected;  // expected tokens and rows of the best configuration so far
+    std::int32_t rows_best = rows;
     while (true) {
         size_t pick = nq;
         double pv   = -1;
@@ -112,27 +112,19 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         }
         if (pick == nq) break;
         ++next[pick];
-        ++cur[pick];
         ++rows;
         expected += pv;
         const double rate = expected / (predict_us(rows, p) * inflate);
         if (rate > best_rate) {
             best_rate = rate;
-            std::copy(cur.begin(), cur.end(), n_out.begin());
-            improved = true;
+            exp_best  = expected;
+            rows_best = rows;
+            std::copy(next.begin(), next.end(), n_out.begin());
         }
     }
     // Drafting pays only if the best speculative rate beats plain decoding even after paying for the drafts.
-    double exp_best = (double) nq;
-    std::int32_t rows_best = (std::int32_t) nq;
-    for (size_t i = 0; i < nq; ++i) {
-        for (std::int32_t k = 0; k < n_out[i]; ++k) {
-            exp_best += prob[i][k];
-        }
-        rows_best += n_out[i];
-    }
-    const bool pays =
-        improved && exp_best / (predict_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
+    const bool pays = rows_best > (std::int32_t) nq &&
+                      exp_best / (predict_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
     if (pays) {
         n_zero_        = 0;
         pending_       = true;

@@ -129,20 +129,18 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         }
         return time_rows(m, slot, rows, n_vocab);
     };
-    for (int k = 0; k < p.n_reps; ++k) {
-        if (k == 0) {
-            for (std::int32_t rows : p.rows) {
-                if (rows > room / 4 || (m.trees() && rows > m.n_leaves_max() + 1) ||
-                    (rows > 1 && now_us() - t_start > p.max_seconds * 1e6)) {
-                    break;
-                }
-                const double t = measure(rows);
-                if (t <= 0) break;
-                sizes.push_back(rows);
-                ts.push_back({t});
-            }
-            continue;
+    // The first round also decides which sizes fit the context, the sequence ids and the time budget.
+    for (std::int32_t rows : p.rows) {
+        if (rows > room / 4 || (m.trees() && rows > m.n_leaves_max() + 1) ||
+            (rows > 1 && now_us() - t_start > p.max_seconds * 1e6)) {
+            break;
         }
+        const double t = measure(rows);
+        if (t <= 0) break;
+        sizes.push_back(rows);
+        ts.push_back({t});
+    }
+    for (int k = 1; k < p.n_reps; ++k) {
         for (size_t i = 0; i < sizes.size() && now_us() - t_start <= p.max_seconds * 1e6; ++i) {
             const double t = measure(sizes[i]);
             if (t > 0) ts[i].push_back(t);
