@@ -78,11 +78,7 @@ void add_serve_command(CLI::App & root) {
     cmd->add_option("--draft-fixed", p->n_draft_fixed,
                     "Verify exactly this many draft nodes per slot and step (no cost model; for comparisons)");
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
-    cmd->add_option("--draft-layout", p->layout,
-                    "How drafts are verified: tree (branches, unified KV pool shared by slots), chain (each tree's "
-                    "best path in the slot's own sequence) or auto (chain on CPU, tree on GPU)")
-        ->check(CLI::IsMember({"auto", "tree", "chain"}))
-        ->capture_default_str();
+    add_layout_option(cmd, p->layout);
     cmd->add_option("-n,--n-predict", p->n_predict,
                     "max_tokens for requests that give none (-1: until end of generation or context)")
         ->capture_default_str();

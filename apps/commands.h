@@ -11,5 +11,6 @@ void add_bench_command(CLI::App & root);
 void add_serve_command(CLI::App & root);
 
 struct session_params;
-// --draft-layout and --flash-attn (apps/session-options.cpp).
+// --draft-layout and --flash-attn (apps/session-options.cpp); --draft-layout alone for `rest serve`.
 void add_verify_options(CLI::App * cmd, session_params & sp);
+void add_layout_option(CLI::App * cmd, std::string & layout);

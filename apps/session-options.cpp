@@ -4,12 +4,17 @@
 
 #include <string>
 
-void add_verify_options(CLI::App * cmd, session_params & sp) {
-    cmd->add_option("--draft-layout", sp.layout,
-                    "How drafts are verified: tree (branches, unified KV pool), chain (each tree's best path, no "
-                    "per-step layout overhead, bit-exact on quantized CPU models) or auto (chain on CPU, tree on GPU)")
+void add_layout_option(CLI::App * cmd, std::string & layout) {
+    cmd->add_option("--draft-layout", layout,
+                    "How drafts are verified: tree (branches, unified KV pool shared by slots), chain (each tree's "
+                    "best path in its own sequence, no per-step layout overhead, bit-exact on quantized CPU models) "
+                    "or auto (chain on CPU, tree on GPU)")
         ->check(CLI::IsMember({"auto", "tree", "chain"}))
         ->capture_default_str();
+}
+
+void add_verify_options(CLI::App * cmd, session_params & sp) {
+    add_layout_option(cmd, sp.layout);
     cmd->add_option_function<std::string>(
            "--flash-attn",
            [&sp](const std::string & v) { sp.ctx.flash_attn = v == "on" ? 1 : v == "off" ? 0 : -1; },

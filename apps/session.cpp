@@ -28,25 +28,21 @@ session::~session() = default;
 
 void session::open_context(const session_params & params) {
     rest::context_params cp = params.ctx;
-    if (params.layout != "auto" && params.layout != "tree" && params.layout != "chain") {
-        throw rest::user_error("--draft-layout must be auto, tree or chain (got '" + params.layout + "')");
-    }
+    cp.trees                = rest::layout_uses_trees(params.layout, params.n_gpu_layers);
     if (!params.speculate) {
         cp.trees = false;  // plain decoding: llama.cpp's own layout
         ctx_     = model_->new_context(cp);
         layout_  = "plain";
         return;
     }
-    // Auto: chains on CPUs, trees when the model is offloaded to a GPU. On a CPU, t(N) grows steeply, so budgets
+    // Why rest::layout_uses_trees picks chains on CPUs and trees on GPUs: on a CPU, t(N) grows steeply, so budgets
     // are small and a tree's best path holds most of its value; the chain layout avoids the tree layout's fixed
     // per-pass cost in llama.cpp (~0.1 ms, a third of a tiny model's step), and it keeps the KV cells in position
     // order, which (with flash attention on quantized models) makes verification reproduce plain decoding bit for
     // bit: trees leave holes where rejected nodes were, and later tokens fill them, which changes the order of
     // attention sums. On GPUs t(N) is flat up to ~64 rows, and wide trees pay.
-    const std::string layout = params.layout != "auto" ? params.layout : params.n_gpu_layers != 0 ? "tree" : "chain";
-    cp.trees                 = layout == "tree";
-    ctx_                     = model_->new_context(cp);
-    layout_                  = layout;
+    ctx_    = model_->new_context(cp);
+    layout_ = cp.trees ? "tree" : "chain";
     if (params.n_draft_fixed < 0) {
         costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
     }

@@ -84,8 +84,7 @@ server::impl::impl(const server_params & p) : params(p) {
     cp.n_slots   = p.n_parallel;
     cp.n_batch   = p.n_batch;
     cp.n_threads = p.n_threads;
-    // Chains on CPUs, trees on GPUs, as `rest generate` chooses (apps/session.cpp says why).
-    cp.trees     = p.layout == "tree" || (p.layout == "auto" && p.n_gpu_layers != 0);
+    cp.trees     = rest::layout_uses_trees(p.layout, p.n_gpu_layers);
     ctx          = model->new_context(cp);
 
     engine_params ep;

@@ -66,6 +66,10 @@ class model {
     virtual std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const = 0;
 };
 
+// Whether a --draft-layout ("auto", "tree" or "chain"; user_error otherwise) verifies trees. Auto: chains on
+// CPUs, trees when layers are offloaded to a GPU (apps/session.cpp says why).
+bool layout_uses_trees(const std::string & layout, std::int32_t n_gpu_layers);
+
 // Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (errors still print).
 void llama_log_quiet();
 

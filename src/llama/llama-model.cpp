@@ -75,6 +75,13 @@ class llama_loaded_model final : public model {
 
 }  // namespace
 
+bool layout_uses_trees(const std::string & layout, std::int32_t n_gpu_layers) {
+    if (layout != "auto" && layout != "tree" && layout != "chain") {
+        throw user_error("--draft-layout must be auto, tree or chain (got '" + layout + "')");
+    }
+    return layout == "tree" || (layout == "auto" && n_gpu_layers != 0);
+}
+
 std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_layers) {
     llama_ensure_backend();
     llama_check_gguf_file(path);
