@@ -119,6 +119,30 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         lo.row0 = row;
         lo.leaf_seq.assign(n, -1);
 
+        const llama_pos p0  = n_past_[r.slot];
+        auto            put = [&](token_id tok, llama_pos pos, std::span<const llama_seq_id> ids) {
+            batch_.token[row]    = tok;
+            batch_.pos[row]      = pos;
+            batch_.n_seq_id[row] = (int32_t) ids.size();
+            std::copy(ids.begin(), ids.end(), batch_.seq_id[row]);
+            batch_.logits[row] = 1;
+            ++row;
+        };
+        if (!trees_) {
+            // A chain, all in the slot's own sequence.
+            const llama_seq_id own[1] = {r.slot};
+            for (int32_t i = 0; i < n; ++i) {
+                if (r.parents[i] != i - 1) {
+                    return decode_status::no_memory;  // a branch: this layout verifies chains only
+                }
+            }
+            put(r.root, p0, own);
+            for (int32_t i = 0; i < n; ++i) {
+                put(r.tokens[i], p0 + r.depths[i], own);
+            }
+            continue;
+        }
+
         // Leaves (nodes nobody names as parent) each borrow a sequence id; the ids propagate to every ancestor.
         std::vector<char> has_child(n, 0);
         for (int32_t i = 0; i < n; ++i) {
@@ -128,13 +152,7 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         }
         std::vector<std::vector<llama_seq_id>> seqs(n);
         std::vector<llama_seq_id>              root_seqs = {r.slot};
-        for (int32_t i = 0; i < n && !trees_; ++i) {
-            if (r.parents[i] != i - 1) {
-                return decode_status::no_memory;  // a branch: this layout verifies chains only
-            }
-            seqs[i] = {r.slot};
-        }
-        for (int32_t i = 0; i < n && trees_; ++i) {
+        for (int32_t i = 0; i < n; ++i) {
             if (has_child[i]) {
                 continue;
             }
@@ -151,16 +169,6 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
             }
             root_seqs.push_back(s);
         }
-
-        const llama_pos p0  = n_past_[r.slot];
-        auto            put = [&](token_id tok, llama_pos pos, const std::vector<llama_seq_id> & ids) {
-            batch_.token[row]    = tok;
-            batch_.pos[row]      = pos;
-            batch_.n_seq_id[row] = (int32_t) ids.size();
-            std::copy(ids.begin(), ids.end(), batch_.seq_id[row]);
-            batch_.logits[row] = 1;
-            ++row;
-        };
         put(r.root, p0, root_seqs);
         for (int32_t i = 0; i < n; ++i) {
             put(r.tokens[i], p0 + r.depths[i], seqs[i]);
