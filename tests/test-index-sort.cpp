@@ -1,4 +1,4 @@
-// Suffix sorting (libdivsufsort over big-endian token bytes) against a naive sort of suffix indices.
+// Suffix sorting (SA-IS over big-endian token texts) against a naive sort of suffix indices.
 #include "index/suffix-sort.h"
 #include "ref/ref-index.h"
 

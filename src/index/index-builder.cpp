@@ -135,8 +135,8 @@ struct index_builder::impl {
         }
     }
 
-    // Suffix-sorts the current shard and appends its three sections. Peak memory is here: the byte text plus
-    // divsufsort's workspace (5 * sort_width bytes per token).
+    // Suffix-sorts the current shard and appends its three sections. Peak memory is here: the sort text plus the
+    // suffix sort's n + 1 ranks, types and buckets (suffix-sort.h).
     void flush() {
         if (n_text == 0) {
             return;
@@ -150,7 +150,7 @@ struct index_builder::impl {
 #endif
         auto         t0   = std::chrono::steady_clock::now();
         const double cpu0 = thread_cpu_seconds();
-        anon_buffer  work(n * sw * sizeof(std::int32_t));
+        anon_buffer  work((n + 1) * sizeof(std::int32_t));
         auto *       sa   = reinterpret_cast<std::int32_t *>(work.data());
         const std::uint64_t n_sa = sort_suffixes(text.data(), n, sw, sa);
         t_sort += seconds_since(t0);

@@ -1,12 +1,11 @@
-// Suffix sorting of token texts with libdivsufsort (which sorts bytes).
+// Suffix sorting of token texts (SA-IS over the token alphabet, sais.h).
 //
-// Each token is written as `sort_width` big-endian bytes, so comparing two token-aligned byte suffixes compares
-// their token sequences; a separator is all 0xFF bytes and so sorts after every real token, and a suffix that
-// runs out sorts before its extensions. divsufsort sorts all n * sort_width byte suffixes; we keep the aligned
-// ones that start with a real token and divide by the width, in place.
+// The builder holds each token as `sort_width` big-endian bytes; a separator is all 0xFF bytes. Suffixes are
+// ordered token by token, a separator after every real token, and a suffix that runs out before its extensions.
+// Only suffixes that start with a real token are kept.
 //
-// Memory: the byte text (n * w) plus divsufsort's 32-bit SA over it (4 * n * w): 10 bytes per token for w = 2.
-// Reach: divsufsort's 32-bit index limits n * w to INT32_MAX bytes (see max_shard_tokens).
+// Memory: the text (n * w bytes) plus n + 1 int32 ranks, n / 8 bytes of types and a bucket array per vocabulary
+// id: about 6.1 bytes per token for w = 2. Reach: int32 ranks, INT32_MAX - 1 tokens (see max_shard_tokens).
 #pragma once
 
 #include "rest/types.h"
@@ -23,13 +22,12 @@ int sort_width_for(std::int64_t n_vocab);
 // Bytes per token on disk: 2 or 4 (the index_shard widths).
 int token_width_for(std::int64_t n_vocab);
 
-// Longest text (tokens, separators included) one divsufsort call can sort at this sort width.
+// Longest text (tokens, separators included) one sort can take (the same for every width).
 std::uint64_t max_shard_tokens(int sort_width);
 
-// Sorts the suffixes of `text` (n tokens of sort_width big-endian bytes each). `work` must hold n * sort_width
+// Sorts the suffixes of `text` (n tokens of sort_width big-endian bytes each). `work` must hold n + 1
 // int32 entries; on return work[0..result) holds, as u32 token positions, the suffixes that start with a real token
-// in token order. Throws std::invalid_argument when n exceeds max_shard_tokens, std::runtime_error if divsufsort
-// fails.
+// in token order. Throws std::invalid_argument when n exceeds max_shard_tokens.
 std::uint64_t sort_suffixes(const std::uint8_t * text, std::uint64_t n, int sort_width, std::int32_t * work);
 
 // Encodes tokens (k_doc_end for a separator) as big-endian bytes of sort_width each.
