@@ -6,7 +6,7 @@ set -euo pipefail
 
 tools=("g++:build-essential" "make:build-essential" "cmake:cmake" "ninja:ninja-build" "git:git" "npm:npm"
        "ccache:ccache" "pkg-config:pkg-config")
-libs=(libdivsufsort-dev libxxhash-dev libzstd-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+libs=(libxxhash-dev libzstd-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
       libgtest-dev libbenchmark-dev ca-certificates "$@")
 
 missing=()

@@ -141,6 +141,40 @@ INSTANTIATE_TEST_SUITE_P(widths_and_shards, index_lookup,
                                            lookup_case{151936, 6, 0}, lookup_case{151936, 3, 700},
                                            lookup_case{20000000, 5, 0}));
 
+// Patterns longer than the in-memory samples' keys (12 tokens at 512, 7 at 151936): find() then compares text past
+// the key at the samples' positions. A two-token alphabet with copied blocks makes long runs of equal keys.
+TEST(index_lookup_long, patterns_past_the_sample_keys_match_naive_scan) {
+    for (const std::int32_t n_vocab : {512, 151936}) {
+        std::mt19937                       rng(17 + n_vocab);
+        const auto                         block = random_docs(1, 40, 2, n_vocab - 2, rng())[0];
+        std::vector<std::vector<token_id>> docs;
+        for (int i = 0; i < 400; ++i) {
+            std::vector<token_id> d;
+            for (int c = 0; c < 1 + static_cast<int>(rng() % 4); ++c) {
+                d.insert(d.end(), block.begin(), block.end());
+                d.push_back(n_vocab - 1 - static_cast<token_id>(rng() % 2));  // a varying token between copies
+            }
+            docs.push_back(d);
+        }
+        const std::string path = tmp_path("lookup-long-" + std::to_string(n_vocab) + ".idx");
+        rest::write_datastore(path, docs, synthetic(n_vocab), {});
+        const auto ds = rest::datastore::open(path);
+        ASSERT_EQ(ds->shards().size(), 1u);
+        const auto & s    = ds->shards()[0];
+        const auto   text = shard_text(s);
+        for (int q = 0; q < 600; ++q) {
+            const auto &      d   = docs[rng() % docs.size()];
+            const std::size_t len = std::min<std::size_t>(d.size(), 1 + rng() % 40);
+            const std::size_t at  = rng() % (d.size() - len + 1);
+            std::vector<token_id> pattern(d.begin() + at, d.begin() + at + len);
+            if (q % 3 == 1) {
+                pattern.back() = n_vocab - 1 - (pattern.back() - (n_vocab - 2)) % 2;  // often absent
+            }
+            expect_find_matches_scan(s, text, pattern);
+        }
+    }
+}
+
 // narrow() and run_at() step by step, including on a shard built from raw arrays (separator suffixes kept).
 TEST(index_lookup_raw, narrow_and_run_at) {
     std::mt19937          rng(5);

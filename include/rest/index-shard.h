@@ -11,9 +11,10 @@
 //                 suffixes starting with token t, so the first narrowing step is O(1).
 //
 // Every query is O(log n) per pattern token and touches only the pages it reads. With the first-token table, a
-// large bucket also gets, on its first query, an in-memory sample of every 32nd suffix's next 3-6 tokens (as many
-// as fit in 8 bytes; built lazily so opening stays O(1)): find() searches the dense sample first, then at most a few
-// dozen ranks of the mapped arrays, which saves the binary search's cold probes (each a cache and TLB miss).
+// large bucket also gets, on its first query, an in-memory sample of every 32nd suffix: its next 7-12 tokens (as
+// many as fit in 16 bytes) and its text position, built lazily so opening stays O(1). find() searches the sample
+// (reading text only where a long pattern outruns the keys, and never the suffix array), then two windows of at
+// most 31 ranks of the mapped arrays: that saves the binary search's cold probes (each a cache and TLB miss).
 #pragma once
 
 #include "rest/types.h"
@@ -86,13 +87,22 @@ class index_shard {
     sa_range run_at(sa_range r, std::uint32_t depth, std::uint64_t rank) const;
 
   private:
+    __extension__ typedef unsigned __int128 sample_key;  // GCC/Clang: 128-bit integer order = packed token order
+
     // Sort key of token t at a position: separators sort after every token.
     std::uint64_t key_at(std::uint64_t pos) const;
+    // Every 32nd suffix of a first-token bucket: its packed next tokens and its text position.
+    struct bucket_samples {
+        std::vector<sample_key>    keys;
+        std::vector<std::uint32_t> pos;
+    };
     // The lazily built sample of bucket t (nullptr for small buckets or without a first-token table).
-    const std::vector<std::uint64_t> * bucket_sample(token_id t) const;
+    const bucket_samples * bucket_sample(token_id t) const;
     // The next tokens after a suffix's first (as many as the sample's keys hold), packed so that integer order is
     // suffix order.
-    std::uint64_t packed_next(std::uint64_t pos) const;
+    sample_key packed_next(std::uint64_t pos) const;
+    // Asks for the text after the first token of the suffixes at ranks [lo, hi) (a few dozen at most).
+    void prefetch_text(std::uint64_t lo, std::uint64_t hi) const;
 
     struct samples;                     // per-bucket once-flags and sample arrays, shared by copies of the view
     std::shared_ptr<samples> samples_;

@@ -30,9 +30,10 @@ constexpr std::uint64_t k_sample_min  = 256;  // smaller buckets are searched di
 struct index_shard::samples {
     explicit samples(std::size_t n) : once(n), keys(n) {}
     std::vector<std::once_flag>             once;
-    std::vector<std::vector<std::uint64_t>> keys;
-    // Token keys in `bits` bits each (0: past the end, t + 1: token t, key_max: separator), as many as fit in 64
-    // bits: 6 tokens for a 512-token vocabulary, 4 for 32k, 3 for 150k.
+    std::vector<bucket_samples>             keys;
+    // Token keys in `bits` bits each (0: past the end, t + 1: token t, key_max: separator), as many as fit in 128
+    // bits: 12 tokens for a 512-token vocabulary, 8 for 32k, 7 for 150k. Twenty bytes per 32 suffixes with the
+    // positions: a process that queries every bucket holds 0.63 B/token of samples.
     int           bits    = 0;
     std::uint64_t key_max = 0;
     std::size_t   n_keys  = 0;
@@ -48,18 +49,18 @@ void index_shard::set_first_token_buckets(const std::uint32_t * buckets, std::ui
     if (buckets) {
         int bits = 1;
         while ((std::uint64_t(1) << bits) - 1 < n_buckets + 1) ++bits;  // key_max > n_vocab + 1 >= every t + 1
-        if (bits <= 21) {  // at least three tokens per key
+        if (bits <= 32) {  // at least four tokens per key
             samples_          = std::make_shared<samples>(n_buckets);
             samples_->bits    = bits;
             samples_->key_max = (std::uint64_t(1) << bits) - 1;
-            samples_->n_keys  = std::min<std::size_t>(8, 64 / bits);
+            samples_->n_keys  = std::min<std::size_t>(16, 128 / bits);
         }
     }
 }
 
-std::uint64_t index_shard::packed_next(std::uint64_t pos) const {
+index_shard::sample_key index_shard::packed_next(std::uint64_t pos) const {
     const samples & s = *samples_;
-    std::uint64_t   v = 0;
+    sample_key      v = 0;
     for (std::uint64_t d = 1; d <= s.n_keys; ++d) {
         const std::uint64_t k = key_at(pos + d);
         v = (v << s.bits) | (k == UINT64_MAX ? s.key_max : k);
@@ -67,7 +68,7 @@ std::uint64_t index_shard::packed_next(std::uint64_t pos) const {
     return v;
 }
 
-const std::vector<std::uint64_t> * index_shard::bucket_sample(token_id t) const {
+const index_shard::bucket_samples * index_shard::bucket_sample(token_id t) const {
     if (!samples_ || t < 0 || static_cast<std::uint64_t>(t) + 1 >= n_buckets_) {
         return nullptr;
     }
@@ -77,10 +78,12 @@ const std::vector<std::uint64_t> * index_shard::bucket_sample(token_id t) const 
     }
     samples & s = *samples_;
     std::call_once(s.once[t], [&] {
-        std::vector<std::uint64_t> & keys = s.keys[t];
-        keys.reserve((hi - lo + k_sample_step - 1) / k_sample_step);
+        bucket_samples & b = s.keys[t];
+        b.keys.reserve((hi - lo + k_sample_step - 1) / k_sample_step);
+        b.pos.reserve(b.keys.capacity());
         for (std::uint64_t r = lo; r < hi; r += k_sample_step) {
-            keys.push_back(packed_next(sa_[r]));
+            b.pos.push_back(sa_[r]);
+            b.keys.push_back(packed_next(sa_[r]));
         }
     });
     return &s.keys[t];
@@ -199,10 +202,9 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
     if (pattern.size() == 1 || r.empty()) {
         return r;
     }
-    // The suffix at a rank against the pattern past its first token: every search below compares with this.
-    auto cmp = [&](std::uint64_t rank) {
-        const std::uint64_t pos = sa_[rank];
-        for (std::size_t d = 1; d < pattern.size(); ++d) {
+    // The suffix at text position pos against the pattern from token d0 on (the tokens before agree).
+    auto cmp_at = [&](std::uint64_t pos, std::size_t d0) {
+        for (std::size_t d = d0; d < pattern.size(); ++d) {
             const std::uint64_t k   = key_at(pos + d);
             const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
             if (k != key) {
@@ -211,43 +213,71 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
         }
         return 0;
     };
+    auto              cmp     = [&](std::uint64_t rank) { return cmp_at(sa_[rank], 1); };
     const std::size_t n_keys  = samples_ ? samples_->n_keys : 0;
     auto              fits    = [&](token_id t) { return static_cast<std::uint64_t>(t) + 1 < samples_->key_max; };
     const bool        keyable = samples_ && std::all_of(pattern.begin() + 1,
                                                         pattern.begin() + std::min(pattern.size(), 1 + n_keys), fits);
-    if (const std::vector<std::uint64_t> * keys = keyable ? bucket_sample(pattern[0]) : nullptr) {
-        // Bounds on the pattern's next n_keys tokens (missing ones as the smallest and largest keys): every match
-        // has a packed key in [low, high]. Sample j is rank lo + 32 j, so the matches lie in the ranks from the
-        // last sample below `low` to the first sample above `high`.
-        const int     bits = samples_->bits;
-        std::uint64_t low = 0, high = 0;
+    if (const bucket_samples * bs = keyable ? bucket_sample(pattern[0]) : nullptr) {
+        // Bounds on the pattern's next n_keys tokens (missing ones as the smallest and largest keys): a suffix
+        // agrees with the pattern that far exactly when its packed key lies in [low, high].
+        const int  bits = samples_->bits;
+        sample_key low = 0, high = 0;
         for (std::size_t d = 1; d <= n_keys; ++d) {
             const bool          have = d < pattern.size();
             const std::uint64_t k    = have ? static_cast<std::uint64_t>(pattern[d]) + 1 : 0;
             low  = (low << bits) | (have ? k : 0);
             high = (high << bits) | (have ? k : samples_->key_max);
         }
-        const std::uint64_t j_lo = std::lower_bound(keys->begin(), keys->end(), low) - keys->begin();
-        const std::uint64_t j_hi = std::upper_bound(keys->begin(), keys->end(), high) - keys->begin();
-        const std::uint64_t lo   = r.lo;
-        if (pattern.size() <= 1 + n_keys) {
-            // The keys decide matching exactly: each bound lies between two neighbouring samples, so two searches of
-            // at most 32 ranks find them (instead of one descent over every match).
-            const std::uint64_t hi_b = r.hi;
-            auto rank = [&](std::uint64_t j) { return std::min(hi_b, lo + j * k_sample_step); };
-            const std::uint64_t a = first_rank(j_lo == 0 ? lo : rank(j_lo - 1) + 1, rank(j_lo),
-                                               [&](std::uint64_t rk) { return cmp(rk) >= 0; });
-            const std::uint64_t e = first_rank(j_hi == 0 ? lo : rank(j_hi - 1) + 1, rank(j_hi),
-                                               [&](std::uint64_t rk) { return cmp(rk) > 0; });
-            return {a, std::max(a, e)};
+        // Sample j (rank lo + 32 j) against the whole pattern: by its key, and where the key agrees but the pattern
+        // is longer, by the text past the key (one read at the sample's stored position, no suffix-array read).
+        const bool          exact = pattern.size() <= 1 + n_keys;
+        const std::uint64_t n_s   = bs->keys.size();
+        auto cmp_sample = [&](std::uint64_t j) {
+            const sample_key k = bs->keys[j];
+            return k < low ? -1 : (k > high ? 1 : (exact ? 0 : cmp_at(bs->pos[j], 1 + n_keys)));
+        };
+        const char * text = static_cast<const char *>(text_);
+        auto search = [&](std::uint64_t a, std::uint64_t b, auto && pred) {
+            while (a < b) {
+                const std::uint64_t m = a + (b - a) / 2;
+                if (!exact) {  // the text of both possible next probes, while this one is compared
+                    const std::uint64_t c1 = a + (m - a) / 2, c2 = m + 1 + (b - m - 1) / 2;
+                    __builtin_prefetch(text + (std::uint64_t(bs->pos[c1]) + 1 + n_keys) * width_);
+                    if (c2 < n_s) {
+                        __builtin_prefetch(text + (std::uint64_t(bs->pos[c2]) + 1 + n_keys) * width_);
+                    }
+                }
+                if (pred(m)) b = m; else a = m + 1;
+            }
+            return a;
+        };
+        const std::uint64_t j_lo = search(0, n_s, [&](std::uint64_t j) { return cmp_sample(j) >= 0; });
+        const std::uint64_t j_hi = search(j_lo, n_s, [&](std::uint64_t j) { return cmp_sample(j) > 0; });
+        // Each bound lies between two neighbouring samples, so two searches of at most 31 ranks find them (instead
+        // of one descent over every match).
+        const std::uint64_t lo = r.lo, hi = r.hi;
+        auto rank = [&](std::uint64_t j) { return std::min(hi, lo + j * k_sample_step); };
+        const std::uint64_t a0 = j_lo == 0 ? lo : rank(j_lo - 1) + 1, a1 = rank(j_lo);
+        const std::uint64_t e0 = j_hi == 0 ? lo : rank(j_hi - 1) + 1, e1 = rank(j_hi);
+        // Each window's text lines are requested together, so its five dependent probes wait on about one memory
+        // round trip instead of five.
+        prefetch_text(a0, a1);
+        if (e0 != a0) {
+            prefetch_text(e0, e1);
         }
-        r.lo = lo + (j_lo == 0 ? 0 : (j_lo - 1) * k_sample_step);
-        r.hi = std::min(r.hi, lo + j_hi * k_sample_step);
-        if (r.empty()) {
-            return {r.lo, r.lo};
-        }
+        const std::uint64_t a = first_rank(a0, a1, [&](std::uint64_t rk) { return cmp(rk) >= 0; });
+        const std::uint64_t e = first_rank(e0, e1, [&](std::uint64_t rk) { return cmp(rk) > 0; });
+        return {a, std::max(a, e)};
     }
     return equal_range(sa_, r.lo, r.hi, cmp, text_, width_);
+}
+
+void index_shard::prefetch_text(std::uint64_t lo, std::uint64_t hi) const {
+    const char * t = static_cast<const char *>(text_);
+    for (std::uint64_t r = lo; r < hi; ++r) {
+        __builtin_prefetch(t + (std::uint64_t(sa_[r]) + 1) * width_);
+    }
 }
 
 std::size_t index_shard::read(std::uint64_t pos, std::span<token_id> out) const {
