@@ -3,6 +3,7 @@
 // hits every method alike. Writes results.json, results.md and the TSV tables bench/plot.sh draws.
 #include "bench/bench-methods.h"
 #include "bench/bench-report.h"
+#include "bench/bench-streams.h"
 #include "commands.h"
 #include "prompts.h"
 #include "session.h"
@@ -40,6 +41,8 @@ struct bench_args {
     bool                   quiet = false;
     std::int32_t           warmup = 16;
     std::string            command;
+    std::vector<std::int32_t> streams;  // non-empty: the concurrency experiment (bench-streams.h) instead
+    std::int32_t           reps = 3;
 };
 
 std::vector<double> loadavg() {
@@ -79,9 +82,36 @@ std::vector<rest::token_id> tokenize_chat(const session & s, const std::string &
     return toks;
 }
 
+// The concurrency experiment: one slot per stream; unless -c is given, each slot holds the longest prompt (at most
+// one token per byte, plus BOS) and n_predict tokens.
+void run_streams_bench(bench_args a, const std::vector<prompt_record> & records) {
+    a.sp.ctx.n_slots = std::max(1, *std::max_element(a.streams.begin(), a.streams.end()));
+    a.sp.speculate   = true;
+    for (const std::int32_t n : a.streams) {
+        if (n < 1 || n > 256) throw rest::user_error("--streams: " + std::to_string(n) + " is outside 1..256");
+    }
+    if (a.sp.ctx.n_ctx == 0) {
+        std::size_t longest = 0;
+        for (const auto & r : records) longest = std::max(longest, r.turns.front().size());
+        a.sp.ctx.n_ctx = (std::int32_t) (longest + 2 + (std::size_t) std::max(0, a.n_predict) + 8) * a.sp.ctx.n_slots;
+    }
+    session               s(a.sp);
+    bench::streams_params p;
+    for (const auto & r : records) p.prompts.push_back(s.tokenize_prompt(r.turns.front()));
+    p.streams     = a.streams;
+    p.reps        = a.reps;
+    p.n_predict   = a.n_predict;
+    p.ctx         = a.sp.ctx;
+    p.draft       = a.sp.draft;
+    p.n_draft_max = a.sp.n_draft_max;
+    p.out_dir     = a.out;
+    bench::run_streams(s, p);
+}
+
 void run_bench(const bench_args & a) {
     if (a.out.empty()) throw rest::user_error("--out DIR is required");
-    const auto methods = bench::parse_methods(a.methods);
+    // --streams compares plain with REST (whichever sources exist) and ignores --methods.
+    const auto methods = a.streams.empty() ? bench::parse_methods(a.methods) : std::vector<bench::method_spec>{};
     for (const auto & m : methods) {
         if (m.type == bench::method_spec::kind::rest && m.use_datastore && a.sp.index_path.empty()) {
             throw rest::user_error("method '" + m.name + "' needs a datastore (--index)");
@@ -93,6 +123,10 @@ void run_bench(const bench_args & a) {
     fs::create_directories(a.out, ec);
     if (ec) throw rest::user_error("cannot create output directory '" + a.out + "': " + ec.message());
 
+    if (!a.streams.empty()) {
+        run_streams_bench(a, records);
+        return;
+    }
     const auto load_start = loadavg();
     session    s(a.sp);
     const auto & tok = s.model().vocab();
@@ -307,6 +341,10 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--warmup", a->warmup, "Tokens of unrecorded plain warm-up on the first prompt (0: none)")
         ->capture_default_str();
     cmd->add_flag("--quiet", a->quiet, "No per-prompt progress on stderr");
+    cmd->add_option("--streams", a->streams,
+                    "Concurrency experiment instead of the method table: plain vs REST at these stream counts, "
+                    "e.g. 1,4,8 (server-style continuous batching, one process)")->delimiter(',');
+    cmd->add_option("--reps", a->reps, "--streams: repetitions per stream count")->capture_default_str();
     add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->callback([a, cmd] {

@@ -122,6 +122,39 @@ TEST_F(bench_cli, writes_results_and_rest_output_equals_plain) {
     }
 }
 
+// --streams: the concurrency experiment writes a row per stream count; with one stream, batching cannot change the
+// arithmetic, so REST's output equals plain's, and with the model's own continuations in the datastore it needs
+// fewer forward passes.
+TEST_F(bench_cli, streams_experiment_compares_plain_and_rest_per_concurrency) {
+    rest::fixture_params p;
+    const std::string    model = rest_test::fixture_model(p);
+    const std::vector<std::string> prompts = {"The quick brown fox", "int main(void) {", "Once upon a time",
+                                              "def f(x):", "SELECT * FROM"};
+    make_inputs(model, prompts, 40);
+    const std::string out = dir_ + "/streams";
+    const auto r = run("bench -m " + shell_quote(model) + " --index " + shell_quote(index_) + " --prompts " +
+                       shell_quote(prompts_) + " -n 40 -t 1 --streams 1,3 --reps 2 --out " + shell_quote(out));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = read_json(out + "/streams.json");
+    ASSERT_EQ(j["rows"].size(), 2u);
+    EXPECT_EQ(j["rows"][0]["streams"].get<int>(), 1);
+    EXPECT_EQ(j["rows"][1]["streams"].get<int>(), 3);
+    for (const auto & row : j["rows"]) {
+        EXPECT_EQ(row["outputs"].get<int>(), 2 * (int) prompts.size());
+        EXPECT_EQ(row["reps"].size(), 2u);
+        EXPECT_GT(row["plain_tokens_per_s"].get<double>(), 0.0);
+        EXPECT_GT(row["rest_tokens_per_s"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(j["rows"][0]["identical"].get<int>(), 2 * (int) prompts.size());
+    EXPECT_GT(j["rows"][0]["rest_tokens_per_forward"].get<double>(), 1.2);
+    EXPECT_NE(r.out.find("| 3 |"), std::string::npos) << r.out;
+    // More streams than slots, or none, is a clean error.
+    const auto bad = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts_) +
+                         " -n 4 --streams 0 --out " + shell_quote(out));
+    EXPECT_NE(bad.code, 0);
+    EXPECT_NE(bad.err.find("--streams"), std::string::npos) << bad.err;
+}
+
 TEST_F(bench_cli, multi_turn_records_run_turn_two_on_the_models_answer) {
     for (const std::string vocab : {"llama-spm", "qwen2"}) {
         SCOPED_TRACE(vocab);
