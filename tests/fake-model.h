@@ -60,8 +60,10 @@ class fake_target final : public rest::target_model {
         ++n_forward_;
         last_.clear();
         int rows = 0;
+        rows_per_request.emplace_back();
         for (const auto & r : reqs) {
             rows += 1 + (int) r.tokens.size();
+            rows_per_request.back().push_back(1 + (int) r.tokens.size());
             req_state st;
             st.slot  = r.slot;
             st.root  = r.root;
@@ -114,6 +116,7 @@ class fake_target final : public rest::target_model {
     int leaves_max_ = 255;
     bool chains_only_ = false;  // trees() == false: every request must be a single chain
     std::vector<int> rows_hist;
+    std::vector<std::vector<int>> rows_per_request;  // per decode() call: each request's rows, in order
 
   private:
     struct req_state {

@@ -202,6 +202,38 @@ TEST(adaptive_budget, batch_of_requests_shares_one_forward_pass) {
     EXPECT_LE(total, 8 * choose_one(single, trees[0]));
 }
 
+// Equal chain lengths for every request (chains in separate sequences): k must maximise the batch's expected rate
+// when every request pays for k rows, whichever requests have drafts that long; worthless drafts give 0.
+TEST(adaptive_budget, equal_chain_length_maximises_the_batch_rate) {
+    for (const cost_table * c : {&k_cpu, &k_gpu}) {
+        for (float p_good : {0.5f, 0.8f, 0.95f}) {
+            adaptive_budget_params no_explore;
+            no_explore.explore_obs = 0;
+            adaptive_budget b(*c, no_explore);
+            // One promising request, one poor one, one with a short chain, one without drafts.
+            std::vector<draft_tree> trees = {chain(12, p_good), chain(12, 0.2f), chain(3, p_good), draft_tree{}};
+            std::vector<budget_query> qs;
+            for (auto & t : trees) qs.push_back({&t, 10, (std::int32_t) t.size()});
+            const std::int32_t k = b.choose_equal(qs);
+            double best = 0, e = 4;
+            int    best_k = 0;
+            for (int kk = 0; kk <= 12; ++kk) {
+                if (kk > 0) {
+                    for (const auto & t : trees) e += kk <= (int) t.size() ? t.scores[kk - 1] : 0.0;
+                }
+                const double rate = e / c->predict_us(4 * (1 + kk), 10);
+                if (rate > best + 1e-12) { best = rate; best_k = kk; }
+            }
+            EXPECT_EQ(k, best_k) << "p " << p_good << (c == &k_cpu ? " cpu" : " gpu");
+        }
+    }
+    adaptive_budget worthless(k_cpu);
+    std::vector<draft_tree>   trees(4, chain(16, 0.05f));
+    std::vector<budget_query> qs;
+    for (auto & t : trees) qs.push_back({&t, 10, 16});
+    EXPECT_EQ(worthless.choose_equal(qs), 0);
+}
+
 TEST(calibrate_cost, produces_a_valid_monotone_table_on_a_fake_model) {
     rest_test::fake_target m(50, 600, 1, 3);
     calibrate_params p;

@@ -1,6 +1,7 @@
 // The decoder on a fake model whose logits depend only on the prefix: speculative output must equal plain output
 // exactly, for random trees, slots, context limits, EOG and stop callbacks.
 #include "fake-model.h"
+#include "rest/cost-model.h"
 
 #include <random>
 
@@ -9,6 +10,14 @@ using rest_test::fake_target;
 using rest_test::oracle_drafter;
 
 namespace {
+
+// GPU-like: verification costs the same up to 64 rows, so the adaptive budget drafts.
+cost_table k_gpu_costs() {
+    cost_table c;
+    c.rows = {1, 2, 4, 8, 16, 32, 64};
+    c.t_us = {1000, 1001, 1002, 1004, 1008, 1016, 1030};
+    return c;
+}
 
 struct run_out {
     std::vector<token_id> tokens;
@@ -146,6 +155,53 @@ TEST(decoder_lossless, several_slots_in_one_batch) {
         fake_target alone(n_vocab, 256, 1, 11);
         const auto plain = run_once(alone, prompts[i], nullptr, 40 + 10 * i, -5, 0);
         EXPECT_EQ(reqs[i].output, plain.tokens) << "slot " << i;
+    }
+}
+
+// Chains of several requests (separate sequences) must hold equal row counts in every forward pass, because
+// llama.cpp runs unequal per-sequence counts as several passes: shorter chains are padded, and the padding must not
+// change any output. Without a policy (the longest chain sets k) and with the adaptive one.
+TEST(decoder_lossless, chains_of_several_slots_have_equal_rows_and_stay_lossless) {
+    const int n_vocab = 17;
+    for (const bool adaptive : {false, true}) {
+        SCOPED_TRACE(adaptive ? "adaptive budget" : "no policy");
+        fake_target m(n_vocab, 256, 4, 11);
+        m.chains_only_ = true;
+        rest::adaptive_budget policy(k_gpu_costs());
+        std::vector<std::vector<token_id>> prompts = {{1}, {2, 3}, {4, 5, 6}, {7, 8, 9, 10}};
+        std::vector<greedy_sampler> samplers(4);
+        std::vector<std::unique_ptr<oracle_drafter>> drafters;
+        std::vector<request> reqs(4);
+        decoder dec(m, adaptive ? &policy : nullptr);
+        for (int i = 0; i < 4; ++i) {
+            // Chains of 2, 4, 6 and 8 nodes, with different oracle rates.
+            drafters.push_back(std::make_unique<oracle_drafter>(m, 200 + i, 0.3 + 0.2 * i, 5, 2 + 2 * i));
+            reqs[i].slot = i;
+            reqs[i].params.n_predict = 40 + 10 * i;
+            reqs[i].params.n_draft_max = 8;
+            reqs[i].sampler = &samplers[i];
+            reqs[i].draft = drafters[i].get();
+            reqs[i].is_eog = [](token_id) { return false; };
+            dec.start(reqs[i], prompts[i]);
+        }
+        std::vector<request *> ptrs = {&reqs[0], &reqs[1], &reqs[2], &reqs[3]};
+        m.rows_per_request.clear();
+        int steps = 0, padded_steps = 0;
+        while (std::any_of(reqs.begin(), reqs.end(), [](const request & r) { return !r.done(); })) {
+            dec.step(ptrs);
+            ASSERT_LT(++steps, 1000);
+        }
+        for (const auto & rows : m.rows_per_request) {
+            for (int v : rows) EXPECT_EQ(v, rows.front()) << "unequal rows in one forward pass";
+            padded_steps += rows.size() > 1 && rows.front() > 1;
+        }
+        EXPECT_GT(padded_steps, 0) << "no step drafted";
+        for (int i = 0; i < 4; ++i) {
+            fake_target alone(n_vocab, 256, 1, 11);
+            const auto plain = run_once(alone, prompts[i], nullptr, 40 + 10 * i, -5, 0);
+            EXPECT_EQ(reqs[i].output, plain.tokens) << "slot " << i;
+            EXPECT_LE(reqs[i].stats.n_accepted, reqs[i].stats.n_drafted) << "padding counted as accepted drafts";
+        }
     }
 }
 

@@ -22,6 +22,10 @@ class budget_policy {
     virtual bool want_draft() { return true; }
     // For each query, n_out[i] in [0, min(n_max, tree size)]: verify the first n_out[i] nodes (0: plain decoding).
     virtual void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) = 0;
+    // The same choice when every request must verify the same number k of nodes: chains of several requests in
+    // separate sequences, which llama.cpp splits into one forward pass per distinct per-sequence token count (its
+    // split_equal), so the decoder pads shorter chains up to k. Returns k. The default: the largest of choose()'s.
+    virtual std::int32_t choose_equal(std::span<const budget_query> queries);
     // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;
     // t_draft_us is what drafting cost this step, over all requests.
     virtual void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rest {
@@ -69,6 +70,7 @@ class adaptive_budget final : public budget_policy {
 
     bool want_draft() override;
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
     void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
 
@@ -91,6 +93,11 @@ class adaptive_budget final : public budget_policy {
     };
     std::size_t correction_index(std::int32_t n_rows) const;
     void        settle_last_step();
+    // Shared by choose() and choose_equal() once the best configuration is known: arms the guard when it pays,
+    // else backs off. Returns the request that explores this step and how many of its nodes (nq: none).
+    std::pair<std::size_t, std::int32_t> after_choice(std::span<const budget_query> qs, std::span<const std::size_t> lim,
+                                                      std::int32_t n_past, double t_plain, std::int32_t rows_best, double exp_best,
+                                                      double inflate);
 
     // Guard against model error: per number of requests in the batch, the realised rate of drafting steps
     // (tokens per microsecond, drafting included) against the predicted plain rate. While drafting steps realise

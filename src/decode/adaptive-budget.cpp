@@ -122,6 +122,62 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
             std::copy(next.begin(), next.end(), n_out.begin());
         }
     }
+    const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
+    if (ex < nq) {
+        n_out[ex] = std::max(n_out[ex], k);
+    }
+}
+
+std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
+    settle_last_step();
+    const size_t        nq = qs.size();
+    std::vector<size_t> lim(nq, 0);
+    size_t              lim_max     = 0;
+    double              n_past_mean = 0;
+    for (size_t i = 0; i < nq; ++i) {
+        lim[i] = qs[i].tree ? std::min<size_t>({qs[i].tree->size(), (size_t) std::max(0, qs[i].n_max),
+                                                (size_t) params_.n_max}) : 0;
+        lim_max = std::max(lim_max, lim[i]);
+        n_past_mean += qs[i].n_past;
+    }
+    if (lim_max == 0) {
+        return 0;  // as in choose(): a step without drafts leaves the back-off state alone
+    }
+    n_past_mean /= std::max<size_t>(1, nq);
+    const std::int32_t               p = (std::int32_t) n_past_mean;
+    std::vector<std::vector<double>> prob(nq);
+    for (size_t i = 0; i < nq; ++i) {
+        if (lim[i] > 0) prob[i] = path_probabilities(*qs[i].tree);
+    }
+    // Every chain length k costs nq * (1 + k) rows, whichever requests have drafts that long.
+    double       expected  = (double) nq;
+    const double t_plain   = predict_us((std::int32_t) nq, p);
+    const double inflate   = draft_cost_factor(nq);
+    double       best_rate = expected / t_plain, exp_best = expected;
+    std::int32_t rows_best = (std::int32_t) nq, k_best = 0;
+    for (size_t k = 1; k <= lim_max; ++k) {
+        for (size_t i = 0; i < nq; ++i) {
+            if (k <= lim[i]) expected += prob[i][k - 1];
+        }
+        const std::int32_t rows = (std::int32_t) (nq * (1 + k));
+        const double       rate = expected / (predict_us(rows, p) * inflate);
+        if (rate > best_rate) {
+            best_rate = rate;
+            exp_best  = expected;
+            rows_best = rows;
+            k_best    = (std::int32_t) k;
+        }
+    }
+    const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
+    return ex < nq ? std::max(k_best, k) : k_best;
+}
+
+std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<const budget_query> qs,
+                                                                   std::span<const std::size_t> lim, std::int32_t p,
+                                                                   double t_plain,
+                                                                   std::int32_t rows_best, double exp_best,
+                                                                   double inflate) {
+    const size_t nq = qs.size();
     // Drafting pays only if the best speculative rate beats plain decoding even after paying for the drafts.
     const bool pays = rows_best > (std::int32_t) nq &&
                       exp_best / (predict_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
@@ -132,7 +188,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         pend_plain_us_ = t_plain;
         pend_time_us_  = -1;
         pend_tokens_   = (double) nq;
-        return;
+        return {nq, 0};
     }
     // Not paying: back off drafting exponentially, if drafting costs enough to matter. Keep learning: when the best
     // node's drafter score is promising but the calibration bins of the first nodes have little evidence, verify up
@@ -142,7 +198,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         skip_ = std::min(params_.backoff_max, 1 << std::min(n_zero_ - 1, 20)) - 1;
     }
     if ((n_zero_ & (n_zero_ - 1)) != 0 && n_zero_ % 32 != 0) {
-        return;
+        return {nq, 0};
     }
     // One request explores per step (the one with the most promising first node), so a busy batch pays little.
     size_t ex = nq;
@@ -153,7 +209,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         }
     }
     if (ex == nq) {
-        return;
+        return {nq, 0};
     }
     const draft_tree & t = *qs[ex].tree;
     std::int32_t       k = 0;
@@ -164,7 +220,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         }
         ++k;
     }
-    n_out[ex] = std::max(n_out[ex], k);
+    return {ex, k};
 }
 
 void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
@@ -201,6 +257,12 @@ void adaptive_budget::observe_acceptance(const draft_tree & tree, std::int32_t n
         b.n += 1;
         b.accepted += accepted[i];
     }
+}
+
+std::int32_t budget_policy::choose_equal(std::span<const budget_query> qs) {
+    std::vector<std::int32_t> n(qs.size(), 0);
+    choose(qs, n);
+    return n.empty() ? 0 : *std::max_element(n.begin(), n.end());
 }
 
 void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {

@@ -138,12 +138,14 @@ void decoder::step(std::span<request * const> requests) {
     //    context room.
     const bool drafting = !policy_ || policy_->want_draft();
     double     t_draft  = 0;
+    caps_.assign(live_.size(), 0);
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
         tree.clear();
         const std::int32_t room = model_.n_ctx_slot() - model_.n_past(r.slot) - 1;
         const std::int32_t cap  = std::min(r.params.n_draft_max, room);
+        caps_[i]                = std::max(0, cap);
         if (drafting && r.draft && cap > 0) {
             const double t0 = now_us();
             if (model_.trees()) {
@@ -170,11 +172,24 @@ void decoder::step(std::span<request * const> requests) {
         queries_[i].n_past = model_.n_past(live_[i]->slot);
         queries_[i].n_max  = (std::int32_t) trees_[i].size();
     }
-    if (policy_) {
+    // Chains of several requests live in separate sequences, and llama.cpp runs a batch whose sequences hold
+    // unequal token counts as several forward passes (one per count): so they all verify k nodes, shorter chains
+    // padded below.
+    const bool   equal_rows = !model_.trees() && live_.size() > 1;
+    std::int32_t k_equal    = 0;
+    if (equal_rows) {
+        if (policy_) {
+            k_equal = policy_->choose_equal(queries_);
+        } else {
+            for (const auto & t : trees_) k_equal = std::max(k_equal, (std::int32_t) t.size());
+        }
+        std::fill(n_keep_.begin(), n_keep_.end(), k_equal);
+    } else if (policy_) {
         policy_->choose(queries_, n_keep_);
     } else {
         for (size_t i = 0; i < live_.size(); ++i) n_keep_[i] = (std::int32_t) trees_[i].size();
     }
+    n_real_.assign(live_.size(), 0);
     const std::int32_t leaf_share = std::max(1, model_.n_leaves_max() / (std::int32_t) live_.size());
     std::int32_t       rows       = 0;
     std::int64_t       past_sum   = 0;
@@ -187,6 +202,15 @@ void decoder::step(std::span<request * const> requests) {
             --n;
         }
         tree.truncate(n);
+        n_real_[i] = n;
+        if (equal_rows) {
+            // Padding: any token is safe to verify (it is accepted only if it is what the target emits there).
+            const token_id fill = tree.empty() ? r.root : tree.tokens.back();
+            while ((std::int32_t) tree.size() < std::min(k_equal, caps_[i])) {
+                tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
+            }
+            n = (std::int32_t) tree.size();
+        }
         rows += 1 + n;
         past_sum += model_.n_past(r.slot);
         tree_request tr;
@@ -246,15 +270,16 @@ void decoder::step(std::span<request * const> requests) {
         }
         model_.commit((std::int32_t) i, path_);
         if (policy_ && !tree.empty()) {
-            policy_->observe_acceptance(tree, (std::int32_t) tree.size(), path_);
+            policy_->observe_acceptance(tree, n_real_[i], path_);  // padding says nothing about drafts
         }
         if (r.draft) {
             r.draft->accept(emitted_);
         }
         ++r.stats.n_forward;
         ++r.stats.n_steps;
-        r.stats.n_drafted += (std::int64_t) tree.size();
-        r.stats.n_accepted += (std::int64_t) path_.size();
+        r.stats.n_drafted += (std::int64_t) n_real_[i];
+        r.stats.n_accepted += (std::int64_t) std::count_if(path_.begin(), path_.end(),
+                                                          [&](std::int32_t v) { return v < n_real_[i]; });
         bump(r.stats.accept_hist, path_.size());
         bump(r.stats.budget_hist, tree.size());
         r.stats.t_verify_us += t_verify;
