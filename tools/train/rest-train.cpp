@@ -1,4 +1,5 @@
-// rest-train: `vocab`, `init`, `train` and `quantize`, the C++ steps of scripts/train-demo-model.sh.
+// rest-train: `vocab`, `init`, `train`, `tokens`, `import`, `eval` and `quantize`, the C++ steps of
+// scripts/train-demo-model.sh.
 #include "train.h"
 
 #include "rest/fixture.h"
@@ -81,6 +82,29 @@ int main(int argc, char ** argv) {
     quant->add_option("--type", q_type, "f32, f16 or q8_0")->capture_default_str();
     quant->add_option("--name", q_name, "general.name")->capture_default_str();
     quant->callback([&] { rest::train::quantize_model(q_in, q_out, q_type, q_name); });
+
+    auto * tok = app.add_subcommand("tokens", "Tokenize listed files (BOS + text + EOS each) to u16 ids for PyTorch");
+    std::string t_model, t_files, t_out;
+    tok->add_option("-m,--model", t_model, "GGUF with the tokenizer")->required();
+    tok->add_option("--files", t_files, "File listing sources, one a line")->required();
+    tok->add_option("-o,--output", t_out, "Output: little-endian u16 token ids")->required();
+    tok->callback([&] { rest::train::export_tokens(t_model, t_files, t_out); });
+
+    auto * imp = app.add_subcommand("import", "Copy trained weights (NAME.f32 files) into a GGUF from `init`");
+    std::string i_model, i_dir, i_out;
+    imp->add_option("-m,--model", i_model, "GGUF whose names, shapes and metadata to keep")->required();
+    imp->add_option("--weights", i_dir, "Directory of raw f32 tensors named after the GGUF's tensors")->required();
+    imp->add_option("-o,--output", i_out, "Output GGUF")->required();
+    imp->callback([&] { rest::train::import_weights(i_model, i_dir, i_out); });
+
+    auto * ev = app.add_subcommand("eval", "Held-out next-token loss of a GGUF, by llama.cpp's forward pass");
+    std::string e_model, e_files;
+    std::int32_t e_ctx = 256, e_threads = 2;
+    ev->add_option("-m,--model", e_model, "GGUF")->required();
+    ev->add_option("--files", e_files, "File listing held-out sources")->required();
+    ev->add_option("--ctx", e_ctx, "Window length")->capture_default_str();
+    ev->add_option("-t,--threads", e_threads, "CPU threads")->capture_default_str();
+    ev->callback([&] { rest::train::heldout_loss(e_model, e_files, e_ctx, e_threads); });
 
     rest::train::quiet_logs();
     try {

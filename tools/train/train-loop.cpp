@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -50,45 +51,6 @@ float schedule(const train_params & p, std::int64_t step, double minutes) {
     return p.lr_min + 0.5f * (p.lr - p.lr_min) * (float) (1.0 + std::cos(M_PI * t));
 }
 
-std::vector<std::string> read_list(const std::string & path) {
-    std::ifstream in(path);
-    if (!in) {
-        throw user_error("train: cannot read file list '" + path + "'");
-    }
-    std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) {
-        if (!line.empty()) {
-            out.push_back(line);
-        }
-    }
-    return out;
-}
-
-// Each file becomes BOS + tokens + EOS, so the model learns where files start and end.
-std::vector<llama_token> tokenize_files(const llama_vocab * vocab, const std::string & list, std::size_t & n_bytes) {
-    std::vector<llama_token> all;
-    std::vector<llama_token> buf;
-    n_bytes = 0;
-    for (const auto & path : read_list(list)) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
-            throw user_error("train: cannot read '" + path + "'");
-        }
-        std::stringstream ss;
-        ss << in.rdbuf();
-        const std::string text = ss.str();
-        n_bytes += text.size();
-        buf.resize(text.size() + 8);
-        int32_t n = llama_tokenize(vocab, text.data(), (int32_t) text.size(), buf.data(), (int32_t) buf.size(), true, false);
-        if (n < 0) {
-            throw user_error("train: tokenizing '" + path + "' failed");
-        }
-        all.insert(all.end(), buf.begin(), buf.begin() + n);
-        all.push_back(llama_vocab_eos(vocab));
-    }
-    return all;
-}
-
 // One datapoint per start offset: inputs tokens[s, s+n_ctx), labels shifted by one.
 ggml_opt_dataset_t make_dataset(const std::vector<llama_token> & tokens, const std::vector<std::size_t> & starts,
                                 int64_t n_ctx) {
@@ -125,22 +87,26 @@ void save_atomic(const llama_model * model, const std::string & path) {
 
 }  // namespace
 
-void rescale_tensor(const std::string & path, const std::string & name, float scale) {
+void edit_f32_tensors(const std::string & in, const std::string & out_path,
+                      const std::function<void(const std::string &, ggml_tensor *)> & edit) {
     ggml_context * data_ctx = nullptr;
     gguf_init_params gp = {false, &data_ctx};
-    gguf_context * g = gguf_init_from_file(path.c_str(), gp);
+    gguf_context * g = gguf_init_from_file(in.c_str(), gp);
     if (!g) {
-        throw user_error("init: cannot read '" + path + "'");
+        throw user_error("cannot read GGUF '" + in + "'");
     }
-    ggml_tensor * t = ggml_get_tensor(data_ctx, name.c_str());
-    if (!t || t->type != GGML_TYPE_F32) {
+    try {
+        for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+            const char *  name = gguf_get_tensor_name(g, i);
+            ggml_tensor * t    = ggml_get_tensor(data_ctx, name);
+            if (t->type == GGML_TYPE_F32) {
+                edit(name, t);
+            }
+        }
+    } catch (...) {
         gguf_free(g);
         ggml_free(data_ctx);
-        throw user_error("init: '" + path + "' has no f32 tensor " + name);
-    }
-    auto * v = static_cast<float *>(t->data);
-    for (int64_t i = 0; i < ggml_nelements(t); ++i) {
-        v[i] *= scale;
+        throw;
     }
     // Rebuilt rather than edited: a GGUF read from a file keeps its tensor data in data_ctx, not in its own infos.
     gguf_context * out = gguf_init_empty();
@@ -148,15 +114,70 @@ void rescale_tensor(const std::string & path, const std::string & name, float sc
     for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
         gguf_add_tensor(out, ggml_get_tensor(data_ctx, gguf_get_tensor_name(g, i)));
     }
-    const std::string tmp = path + ".tmp";
+    const std::string tmp = out_path + ".tmp";
     const bool ok = gguf_write_to_file(out, tmp.c_str(), false);
     gguf_free(out);
     gguf_free(g);
     ggml_free(data_ctx);
     if (!ok) {
-        throw user_error("init: cannot write '" + tmp + "'");
+        throw user_error("cannot write '" + tmp + "'");
     }
-    std::filesystem::rename(tmp, path);
+    std::filesystem::rename(tmp, out_path);
+}
+
+void rescale_tensor(const std::string & path, const std::string & name, float scale) {
+    bool found = false;
+    edit_f32_tensors(path, path, [&](const std::string & n, ggml_tensor * t) {
+        if (n == name) {
+            found = true;
+            auto * v = static_cast<float *>(t->data);
+            for (int64_t i = 0; i < ggml_nelements(t); ++i) {
+                v[i] *= scale;
+            }
+        }
+    });
+    if (!found) {
+        throw user_error("init: '" + path + "' has no f32 tensor " + name);
+    }
+}
+
+std::vector<std::string> read_list(const std::string & path) {
+    std::ifstream in(path);
+    if (!in) {
+        throw user_error("train: cannot read file list '" + path + "'");
+    }
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+        if (!line.empty()) {
+            out.push_back(line);
+        }
+    }
+    return out;
+}
+
+// Each file becomes BOS + tokens + EOS, so the model learns where files start and end.
+std::vector<std::int32_t> tokenize_files(const llama_vocab * vocab, const std::string & list, std::size_t & n_bytes) {
+    std::vector<llama_token> all;
+    std::vector<llama_token> buf;
+    n_bytes = 0;
+    for (const auto & path : read_list(list)) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            throw user_error("train: cannot read '" + path + "'");
+        }
+        std::stringstream ss;
+        ss << in.rdbuf();
+        const std::string text = ss.str();
+        n_bytes += text.size();
+        buf.resize(text.size() + 8);
+        int32_t n = llama_tokenize(vocab, text.data(), (int32_t) text.size(), buf.data(), (int32_t) buf.size(), true, false);
+        if (n < 0) {
+            throw user_error("train: tokenizing '" + path + "' failed");
+        }
+        all.insert(all.end(), buf.begin(), buf.begin() + n);
+        all.push_back(llama_vocab_eos(vocab));
+    }
+    return all;
 }
 
 void quiet_logs() {

@@ -4,7 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
+
+struct ggml_tensor;
+struct llama_vocab;
 
 namespace rest::train {
 
@@ -37,8 +42,24 @@ struct train_params {
 
 void train_model(const train_params & params);
 
+// Rewrites a GGUF (atomically, in == out allowed) after edit() has seen each f32 tensor's name and data.
+void edit_f32_tensors(const std::string & in, const std::string & out,
+                      const std::function<void(const std::string &, ggml_tensor *)> & edit);
+
 // Multiplies one f32 tensor of a GGUF in place (atomically rewritten).
 void rescale_tensor(const std::string & path, const std::string & name, float scale);
+
+// The lines of a file list (one path a line).
+std::vector<std::string> read_list(const std::string & path);
+
+// Each listed file as BOS + its tokens + EOS, concatenated; n_bytes receives the files' total size.
+std::vector<std::int32_t> tokenize_files(const llama_vocab * vocab, const std::string & list, std::size_t & n_bytes);
+
+// The PyTorch route (tools/train/train-torch.py): the corpus as u16 token ids for it, its weights back into a GGUF,
+// and the trained GGUF's held-out loss as llama.cpp computes it (which checks the conversion end to end).
+void export_tokens(const std::string & model, const std::string & files, const std::string & out);
+void import_weights(const std::string & model, const std::string & dir, const std::string & out);
+double heldout_loss(const std::string & model, const std::string & files, std::int32_t n_ctx, std::int32_t n_threads);
 
 // llama.cpp logs only warnings and errors from here on.
 void quiet_logs();
