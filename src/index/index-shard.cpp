@@ -252,8 +252,17 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
             }
             return a;
         };
-        const std::uint64_t j_lo = search(0, n_s, [&](std::uint64_t j) { return cmp_sample(j) >= 0; });
-        const std::uint64_t j_hi = search(j_lo, n_s, [&](std::uint64_t j) { return cmp_sample(j) > 0; });
+        // The first search's probes also bound the second: a sample after the pattern caps it, a matching one
+        // starts it past itself (the saving that matters for long, frequent patterns, whose probes read text).
+        std::uint64_t up_lo = 0, up_hi = n_s;
+        const std::uint64_t j_lo = search(0, n_s, [&](std::uint64_t j) {
+            const int c = cmp_sample(j);
+            if (c > 0) up_hi = std::min(up_hi, j);
+            if (c == 0) up_lo = std::max(up_lo, j + 1);
+            return c >= 0;
+        });
+        const std::uint64_t j_hi = search(std::max(j_lo, up_lo), up_hi,
+                                          [&](std::uint64_t j) { return cmp_sample(j) > 0; });
         // Each bound lies between two neighbouring samples, so two searches of at most 31 ranks find them (instead
         // of one descent over every match).
         const std::uint64_t lo = r.lo, hi = r.hi;
