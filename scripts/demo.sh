@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 CACHE=${CACHE:-${RESTCPP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp}/demo}
 MODEL=${MODEL:-models/pystdlib-demo-f16.gguf}
-N_PREDICT=${N_PREDICT:-96}
+N_PREDICT=${N_PREDICT:-128}
 THREADS=${THREADS:-0}
 PYLIB=${PYLIB:-$(ls -d /usr/lib/python3.[0-9]*/ 2>/dev/null | tr '\n' ' ')}
 t0=$(date +%s)
@@ -58,28 +58,33 @@ run() {  # $1 = label, rest = extra args; writes $CACHE/$1.jsonl
     "$REST" generate -m "$MODEL" -f "$PROMPTS" --field prompt -n "$N_PREDICT" -t "$THREADS" --json "${@:2}" \
         > "$CACHE/$1.jsonl"
 }
-step "complete $(wc -l < "$PROMPTS") prompts, $N_PREDICT tokens each: plain greedy decoding (--no-spec)"
-run plain --no-spec
 # The adaptive budget (rest's default) learns how often this model accepts drafts and sizes each step's chain from
 # the measured verify cost; DRAFT=N forces N nodes per step instead.
 DRAFT=${DRAFT:--1}
-step "the same with REST (--index $IDX, $( [ "$DRAFT" -ge 0 ] && echo "--draft-fixed $DRAFT" || echo "adaptive budget"))"
-if [ "$DRAFT" -ge 0 ]; then
-    run rest --index "$IDX" --draft-fixed "$DRAFT"
-else
-    run rest --index "$IDX"
-fi
+REST_ARGS=(--index "$IDX")
+[ "$DRAFT" -ge 0 ] && REST_ARGS+=(--draft-fixed "$DRAFT")
+# A run takes a fraction of a second here, so one run's time is mostly the machine's mood: plain and REST alternate
+# REPS times and the summary takes each one's median.
+REPS=${REPS:-5}
+for r in $(seq 1 "$REPS"); do
+    step "round $r/$REPS: complete $(wc -l < "$PROMPTS") prompts, $N_PREDICT tokens each, plain greedy (--no-spec), then REST (${REST_ARGS[*]})"
+    run "plain-$r" --no-spec
+    run "rest-$r" "${REST_ARGS[@]}"
+done
 
 step "results"
-python3 - "$PROMPTS" "$CACHE/plain.jsonl" "$CACHE/rest.jsonl" <<'EOF'
-import json, sys
+python3 - "$PROMPTS" "$CACHE" "$REPS" <<'EOF'
+import json, statistics, sys
 prompts = [json.loads(l)["prompt"] for l in open(sys.argv[1])]
-plain = [json.loads(l) for l in open(sys.argv[2])]
-rest = [json.loads(l) for l in open(sys.argv[3])]
-same = True
+reps = int(sys.argv[3])
+load = lambda name: [json.loads(l) for l in open(f"{sys.argv[2]}/{name}.jsonl")]
+plains = [load(f"plain-{r}") for r in range(1, reps + 1)]
+rests = [load(f"rest-{r}") for r in range(1, reps + 1)]
+plain, rest = plains[-1], rests[-1]
+same = all(a["tokens"] == b["tokens"] for p_, r_ in zip(plains, rests) for a, b in zip(plains[0], r_)) and \
+       all(a["tokens"] == b["tokens"] for p_ in plains for a, b in zip(plains[0], p_))
 for i, (p, a, b) in enumerate(zip(prompts, plain, rest)):
     ok = a["tokens"] == b["tokens"]
-    same &= ok
     print(f"--- prompt {i + 1} " + "-" * 60)
     print(p + "\x1b[1m" + b["text"] + "\x1b[0m")
     print(f"--- plain {a['tokens_per_forward']:.2f} tok/forward {a['ms_per_token']:.2f} ms/tok | "
@@ -87,14 +92,18 @@ for i, (p, a, b) in enumerate(zip(prompts, plain, rest)):
           f"greedy output {'identical' if ok else 'DIFFERENT'}")
 def total(rs, k):
     return sum(r[k] for r in rs)
-ms_plain = sum(r["ms_per_token"] * r["n_tokens"] for r in plain)
-ms_rest = sum(r["ms_per_token"] * r["n_tokens"] for r in rest)
+def ms(rs):
+    return sum(r["ms_per_token"] * r["n_tokens"] for r in rs)
+ms_plain = statistics.median(ms(rs) for rs in plains)
+ms_rest = statistics.median(ms(rs) for rs in rests)
 tpf = total(rest, "n_tokens") / max(1, total(rest, "n_forward"))
 print()
-print(f"plain: {total(plain, 'n_tokens')} tokens in {total(plain, 'n_forward')} forward passes, {ms_plain / 1000:.2f} s")
-print(f"REST:  {total(rest, 'n_tokens')} tokens in {total(rest, 'n_forward')} forward passes, {ms_rest / 1000:.2f} s")
-print(f"REST tokens per forward: {tpf:.2f}   wall-clock speedup: {ms_plain / ms_rest:.2f}x   "
-      f"greedy outputs identical: {'yes' if same else 'NO'}")
+print(f"plain: {total(plain, 'n_tokens')} tokens in {total(plain, 'n_forward')} forward passes, median {ms_plain / 1000:.3f} s "
+      f"(runs: {', '.join(f'{ms(rs) / 1000:.3f}' for rs in plains)})")
+print(f"REST:  {total(rest, 'n_tokens')} tokens in {total(rest, 'n_forward')} forward passes, median {ms_rest / 1000:.3f} s "
+      f"(runs: {', '.join(f'{ms(rs) / 1000:.3f}' for rs in rests)})")
+print(f"REST tokens per forward: {tpf:.2f}   wall-clock speedup (medians of {reps} alternating runs): "
+      f"{ms_plain / ms_rest:.2f}x   greedy outputs identical: {'yes' if same else 'NO'}")
 sys.exit(0 if same else 1)
 EOF
 echo "demo done in $(( $(date +%s) - t0 )) s"
