@@ -219,6 +219,8 @@ def main():
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="server compute threads")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-chat", action="store_true",
+                    help="no chat requests (for a model without a chat template, e.g. stories260K with a datastore)")
     ap.add_argument("--time-limit", type=float, default=600, help="seconds for the whole run")
     ap.add_argument("--server-arg", action="append", default=[], help="extra `rest serve` argument (repeatable)")
     a = ap.parse_args()
@@ -252,7 +254,7 @@ def main():
 
     cl = Client(host, port, a.api_key, timeout=120)
     rng = random.Random(a.seed)
-    kinds = [k for k, w in KINDS for _ in range(w)]
+    kinds = [k for k, w in KINDS for _ in range(w) if not (a.no_chat and k.startswith("chat"))]
     plan = [(i, rng.choice(kinds), rng.randint(0, 1 << 30)) for i in range(a.requests)]
     counts, failures, latencies, tokens = {}, [], [], [0]
     lock = threading.Lock()
