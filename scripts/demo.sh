@@ -2,8 +2,8 @@
 # README command 1: build rest.cpp, index the local Python standard library with the demo model's tokenizer
 # (models/README.md), then complete a few Python prompts with plain greedy decoding and with REST, and compare.
 # Env: BUILD_DIR (build), CACHE (~/.cache/rest.cpp/demo), MODEL (models/pystdlib-demo-f16.gguf), PYLIB (the
-#      /usr/lib/python3.N directories), N_PREDICT (96), THREADS (all cores), DRAFT (-1: the adaptive budget, the
-#      default; N >= 0: a fixed draft of N nodes per step).
+#      /usr/lib/python3.N directories), N_PREDICT (128), THREADS (all cores), DRAFT (-1: the adaptive budget, the
+#      default; N >= 0: a fixed draft of N nodes per step), REPS (5 alternating plain/REST rounds; medians).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
