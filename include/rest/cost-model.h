@@ -93,6 +93,14 @@ class adaptive_budget final : public budget_policy {
     };
     std::size_t correction_index(std::int32_t n_rows) const;
     void        settle_last_step();
+    // What choose() and choose_equal() read from a batch of queries.
+    struct batch {
+        std::vector<std::size_t>         lim;      // per query: most nodes it may verify
+        std::vector<std::vector<double>> prob;     // per query: path probabilities of its nodes (empty if lim 0)
+        std::size_t                      lim_max = 0;
+        std::int32_t                     n_past  = 0;  // mean committed tokens
+    };
+    batch prepare(std::span<const budget_query> qs) const;
     // Shared by choose() and choose_equal() once the best configuration is known: arms the guard when it pays,
     // else backs off. Returns the request that explores this step and how many of its nodes (nq: none).
     std::pair<std::size_t, std::int32_t> after_choice(std::span<const budget_query> qs, std::span<const std::size_t> lim,

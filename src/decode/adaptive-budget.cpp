@@ -69,28 +69,36 @@ void adaptive_budget::settle_last_step() {
     g.inflate          = g.ratio < 1.0 ? std::min(4.0, g.inflate * 1.02) : std::max(1.0, g.inflate / 1.02);
 }
 
+adaptive_budget::batch adaptive_budget::prepare(std::span<const budget_query> qs) const {
+    batch  b;
+    double n_past_sum = 0;
+    b.lim.assign(qs.size(), 0);
+    b.prob.resize(qs.size());
+    for (size_t i = 0; i < qs.size(); ++i) {
+        b.lim[i] = qs[i].tree ? std::min<size_t>({qs[i].tree->size(), (size_t) std::max(0, qs[i].n_max),
+                                                  (size_t) params_.n_max}) : 0;
+        if (b.lim[i] > 0) b.prob[i] = path_probabilities(*qs[i].tree);
+        b.lim_max = std::max(b.lim_max, b.lim[i]);
+        n_past_sum += qs[i].n_past;
+    }
+    b.n_past = (std::int32_t) (n_past_sum / (double) std::max<size_t>(1, qs.size()));
+    return b;
+}
+
 void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     settle_last_step();
-    const size_t        nq = qs.size();
-    std::vector<size_t> next(nq, 0), lim(nq, 0);
-    double              n_past_mean = 0;
-    for (size_t i = 0; i < nq; ++i) {
-        n_out[i] = 0;
-        lim[i]   = qs[i].tree ? std::min<size_t>({qs[i].tree->size(), (size_t) std::max(0, qs[i].n_max),
-                                                  (size_t) params_.n_max}) : 0;
-        n_past_mean += qs[i].n_past;
-    }
-    n_past_mean /= std::max<size_t>(1, nq);
+    const size_t nq = qs.size();
+    std::fill(n_out.begin(), n_out.end(), 0);
     // Steps that drafted nothing (drafting skipped while backing off, or no match) say nothing about whether drafts
     // pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never probe again.
-    if (std::all_of(lim.begin(), lim.end(), [](size_t l) { return l == 0; })) {
+    const batch b = prepare(qs);
+    if (b.lim_max == 0) {
         return;
     }
-    const std::int32_t p = (std::int32_t) n_past_mean;
-    std::vector<std::vector<double>> prob(nq);
-    for (size_t i = 0; i < nq; ++i) {
-        if (lim[i] > 0) prob[i] = path_probabilities(*qs[i].tree);
-    }
+    const std::vector<size_t> &              lim  = b.lim;
+    const std::vector<std::vector<double>> & prob = b.prob;
+    const std::int32_t                       p    = b.n_past;
+    std::vector<size_t>                      next(nq, 0);
 
     // Greedy over the whole batch: add the next node (in each tree's best-first order) with the highest calibrated
     // probability, and remember the configuration with the best expected tokens per microsecond.
@@ -130,32 +138,21 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
 
 std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
     settle_last_step();
-    const size_t        nq = qs.size();
-    std::vector<size_t> lim(nq, 0);
-    size_t              lim_max     = 0;
-    double              n_past_mean = 0;
-    for (size_t i = 0; i < nq; ++i) {
-        lim[i] = qs[i].tree ? std::min<size_t>({qs[i].tree->size(), (size_t) std::max(0, qs[i].n_max),
-                                                (size_t) params_.n_max}) : 0;
-        lim_max = std::max(lim_max, lim[i]);
-        n_past_mean += qs[i].n_past;
-    }
-    if (lim_max == 0) {
+    const size_t nq = qs.size();
+    const batch  b  = prepare(qs);
+    if (b.lim_max == 0) {
         return 0;  // as in choose(): a step without drafts leaves the back-off state alone
     }
-    n_past_mean /= std::max<size_t>(1, nq);
-    const std::int32_t               p = (std::int32_t) n_past_mean;
-    std::vector<std::vector<double>> prob(nq);
-    for (size_t i = 0; i < nq; ++i) {
-        if (lim[i] > 0) prob[i] = path_probabilities(*qs[i].tree);
-    }
+    const std::vector<size_t> &              lim  = b.lim;
+    const std::vector<std::vector<double>> & prob = b.prob;
+    const std::int32_t                       p    = b.n_past;
     // Every chain length k costs nq * (1 + k) rows, whichever requests have drafts that long.
     double       expected  = (double) nq;
     const double t_plain   = predict_us((std::int32_t) nq, p);
     const double inflate   = draft_cost_factor(nq);
     double       best_rate = expected / t_plain, exp_best = expected;
     std::int32_t rows_best = (std::int32_t) nq, k_best = 0;
-    for (size_t k = 1; k <= lim_max; ++k) {
+    for (size_t k = 1; k <= b.lim_max; ++k) {
         for (size_t i = 0; i < nq; ++i) {
             if (k <= lim[i]) expected += prob[i][k - 1];
         }
