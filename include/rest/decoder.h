@@ -98,7 +98,6 @@ class decoder {
     std::vector<tree_request> batch_;
     std::vector<budget_query> queries_;
     std::vector<std::int32_t> n_keep_;
-    std::vector<std::int32_t> caps_;    // per request: most draft nodes its context room and cap allow
     std::vector<std::int32_t> n_real_;  // per request: verified drafted nodes (not counting padding)
     std::vector<request *>    live_;
     std::vector<std::int32_t> path_;

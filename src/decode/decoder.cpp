@@ -138,14 +138,15 @@ void decoder::step(std::span<request * const> requests) {
     //    context room.
     const bool drafting = !policy_ || policy_->want_draft();
     double     t_draft  = 0;
-    caps_.assign(live_.size(), 0);
+    // Most draft nodes a request may verify: its own cap, and the context room left.
+    auto room_of = [&](const request & r) { return model_.n_ctx_slot() - model_.n_past(r.slot) - 1; };
+    auto cap_of  = [&](const request & r) { return std::min(r.params.n_draft_max, room_of(r)); };
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
         tree.clear();
-        const std::int32_t room = model_.n_ctx_slot() - model_.n_past(r.slot) - 1;
-        const std::int32_t cap  = std::min(r.params.n_draft_max, room);
-        caps_[i]                = std::max(0, cap);
+        const std::int32_t room = room_of(r);
+        const std::int32_t cap  = cap_of(r);
         if (drafting && r.draft && cap > 0) {
             const double t0 = now_us();
             if (model_.trees()) {
@@ -206,7 +207,7 @@ void decoder::step(std::span<request * const> requests) {
         if (equal_rows) {
             // Padding: any token is safe to verify (it is accepted only if it is what the target emits there).
             const token_id fill = tree.empty() ? r.root : tree.tokens.back();
-            while ((std::int32_t) tree.size() < std::min(k_equal, caps_[i])) {
+            while ((std::int32_t) tree.size() < std::min(k_equal, cap_of(r))) {
                 tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
             }
             n = (std::int32_t) tree.size();
@@ -278,8 +279,8 @@ void decoder::step(std::span<request * const> requests) {
         ++r.stats.n_forward;
         ++r.stats.n_steps;
         r.stats.n_drafted += (std::int64_t) n_real_[i];
-        r.stats.n_accepted += (std::int64_t) std::count_if(path_.begin(), path_.end(),
-                                                          [&](std::int32_t v) { return v < n_real_[i]; });
+        // Padding follows the real nodes of a chain, so the accepted real nodes are a prefix of the path.
+        r.stats.n_accepted += std::min<std::int64_t>((std::int64_t) path_.size(), n_real_[i]);
         bump(r.stats.accept_hist, path_.size());
         bump(r.stats.budget_hist, tree.size());
         r.stats.t_verify_us += t_verify;
