@@ -28,9 +28,9 @@ constexpr std::uint64_t k_sample_min  = 256;  // smaller buckets are searched di
 }  // namespace
 
 struct index_shard::samples {
-    explicit samples(std::size_t n) : once(n), keys(n) {}
+    explicit samples(std::size_t n) : once(n), buckets(n) {}
     std::vector<std::once_flag>             once;
-    std::vector<bucket_samples>             keys;
+    std::vector<bucket_samples>             buckets;
     // Token keys in `bits` bits each (0: past the end, t + 1: token t, key_max: separator), as many as fit in 128
     // bits: 12 tokens for a 512-token vocabulary, 8 for 32k, 7 for 150k. Twenty bytes per 32 suffixes with the
     // positions: a process that queries every bucket holds 0.63 B/token of samples.
@@ -78,7 +78,7 @@ const index_shard::bucket_samples * index_shard::bucket_sample(token_id t) const
     }
     samples & s = *samples_;
     std::call_once(s.once[t], [&] {
-        bucket_samples & b = s.keys[t];
+        bucket_samples & b = s.buckets[t];
         b.keys.reserve((hi - lo + k_sample_step - 1) / k_sample_step);
         b.pos.reserve(b.keys.capacity());
         for (std::uint64_t r = lo; r < hi; r += k_sample_step) {
@@ -86,7 +86,7 @@ const index_shard::bucket_samples * index_shard::bucket_sample(token_id t) const
             b.keys.push_back(packed_next(sa_[r]));
         }
     });
-    return &s.keys[t];
+    return &s.buckets[t];
 }
 
 std::uint64_t index_shard::key_at(std::uint64_t pos) const {
@@ -157,11 +157,14 @@ sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t h
     return {lo, lo};
 }
 
-// The first rank in [a, b) where a monotone predicate holds (b when none does).
-template <typename Pred>
-std::uint64_t first_rank(std::uint64_t a, std::uint64_t b, Pred && pred) {
+// The first index in [a, b) where a monotone predicate holds (b when none does). Before each probe m of [a, b),
+// ahead(c1, c2) is told the two possible next probes (either may equal b), so it can prefetch what they read.
+template <typename Pred, typename Ahead = void (*)(std::uint64_t, std::uint64_t)>
+std::uint64_t first_rank(std::uint64_t a, std::uint64_t b, Pred && pred,
+                         Ahead && ahead = [](std::uint64_t, std::uint64_t) {}) {
     while (a < b) {
         const std::uint64_t m = a + (b - a) / 2;
+        ahead(a + (m - a) / 2, m + 1 + (b - m - 1) / 2);
         if (pred(m)) b = m; else a = m + 1;
     }
     return a;
@@ -237,32 +240,25 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
             const sample_key k = bs->keys[j];
             return k < low ? -1 : (k > high ? 1 : (exact ? 0 : cmp_at(bs->pos[j], 1 + n_keys)));
         };
-        const char * text = static_cast<const char *>(text_);
-        auto search = [&](std::uint64_t a, std::uint64_t b, auto && pred) {
-            while (a < b) {
-                const std::uint64_t m = a + (b - a) / 2;
-                if (!exact) {  // the text of both possible next probes, while this one is compared
-                    const std::uint64_t c1 = a + (m - a) / 2, c2 = m + 1 + (b - m - 1) / 2;
-                    __builtin_prefetch(text + (std::uint64_t(bs->pos[c1]) + 1 + n_keys) * width_);
-                    if (c2 < n_s) {
-                        __builtin_prefetch(text + (std::uint64_t(bs->pos[c2]) + 1 + n_keys) * width_);
-                    }
-                }
-                if (pred(m)) b = m; else a = m + 1;
+        // Where samples are compared by text, the text of both possible next probes is fetched during this one.
+        const char * text  = static_cast<const char *>(text_);
+        auto         ahead = [&](std::uint64_t c1, std::uint64_t c2) {
+            if (exact) return;
+            for (const std::uint64_t c : {c1, c2}) {
+                if (c < n_s) __builtin_prefetch(text + (std::uint64_t(bs->pos[c]) + 1 + n_keys) * width_);
             }
-            return a;
         };
         // The first search's probes also bound the second: a sample after the pattern caps it, a matching one
         // starts it past itself (the saving that matters for long, frequent patterns, whose probes read text).
         std::uint64_t up_lo = 0, up_hi = n_s;
-        const std::uint64_t j_lo = search(0, n_s, [&](std::uint64_t j) {
+        const std::uint64_t j_lo = first_rank(0, n_s, [&](std::uint64_t j) {
             const int c = cmp_sample(j);
             if (c > 0) up_hi = std::min(up_hi, j);
             if (c == 0) up_lo = std::max(up_lo, j + 1);
             return c >= 0;
-        });
-        const std::uint64_t j_hi = search(std::max(j_lo, up_lo), up_hi,
-                                          [&](std::uint64_t j) { return cmp_sample(j) > 0; });
+        }, ahead);
+        const std::uint64_t j_hi = first_rank(std::max(j_lo, up_lo), up_hi,
+                                              [&](std::uint64_t j) { return cmp_sample(j) > 0; }, ahead);
         // Each bound lies between two neighbouring samples, so two searches of at most 31 ranks find them (instead
         // of one descent over every match).
         const std::uint64_t lo = r.lo, hi = r.hi;
