@@ -3,6 +3,7 @@
 #include "fake-model.h"
 #include "rest/cost-model.h"
 
+#include <functional>
 #include <random>
 
 using namespace rest;
@@ -126,36 +127,55 @@ TEST(decoder_lossless, falls_back_to_plain_when_memory_is_short) {
     EXPECT_EQ(spec.tokens, plain.tokens);
 }
 
-TEST(decoder_lossless, several_slots_in_one_batch) {
-    // Four requests stepped together must each produce what they produce alone.
-    const int n_vocab = 17;
-    fake_target m(n_vocab, 256, 4, 11);
-    std::vector<std::vector<token_id>> prompts = {{1}, {2, 3}, {4, 5, 6}, {7, 8, 9, 10}};
-    std::vector<greedy_sampler> samplers(4);
+// Four requests (prompts of 1-4 tokens, 40/50/60/70 tokens each, slots 0-3) stepped together to the end on m, with
+// drafter(i) drafting for request i. Returns the finished requests (outputs and stats).
+const std::vector<std::vector<token_id>> k_four_prompts = {{1}, {2, 3}, {4, 5, 6}, {7, 8, 9, 10}};
+
+std::vector<request> run_four_slots(fake_target & m, budget_policy * policy, std::int32_t n_draft_max,
+                                    const std::function<std::unique_ptr<oracle_drafter>(int)> & drafter) {
+    std::vector<greedy_sampler>                  samplers(4);
     std::vector<std::unique_ptr<oracle_drafter>> drafters;
-    std::vector<request> reqs(4);
-    decoder dec(m, nullptr);
+    std::vector<request>                         reqs(4);
+    decoder                                      dec(m, policy);
     for (int i = 0; i < 4; ++i) {
-        drafters.push_back(std::make_unique<oracle_drafter>(m, 100 + i, 0.8, 5, 6));
+        drafters.push_back(drafter(i));
         reqs[i].slot = i;
         reqs[i].params.n_predict = 40 + 10 * i;
-        reqs[i].params.n_draft_max = 16;
+        reqs[i].params.n_draft_max = n_draft_max;
         reqs[i].sampler = &samplers[i];
         reqs[i].draft = drafters[i].get();
         reqs[i].is_eog = [](token_id) { return false; };
-        dec.start(reqs[i], prompts[i]);
+        dec.start(reqs[i], k_four_prompts[i]);
     }
     std::vector<request *> ptrs = {&reqs[0], &reqs[1], &reqs[2], &reqs[3]};
     int steps = 0;
     while (std::any_of(reqs.begin(), reqs.end(), [](const request & r) { return !r.done(); })) {
         dec.step(ptrs);
-        ASSERT_LT(++steps, 1000);
+        if (++steps >= 1000) {
+            ADD_FAILURE() << "1000 steps and not done";
+            break;
+        }
     }
+    return reqs;
+}
+
+// Each of run_four_slots' requests produced what it produces alone with plain decoding.
+void expect_each_as_alone(const std::vector<request> & reqs, int n_vocab) {
     for (int i = 0; i < 4; ++i) {
         fake_target alone(n_vocab, 256, 1, 11);
-        const auto plain = run_once(alone, prompts[i], nullptr, 40 + 10 * i, -5, 0);
+        const auto plain = run_once(alone, k_four_prompts[i], nullptr, 40 + 10 * i, -5, 0);
         EXPECT_EQ(reqs[i].output, plain.tokens) << "slot " << i;
     }
+}
+
+TEST(decoder_lossless, several_slots_in_one_batch) {
+    // Four requests stepped together must each produce what they produce alone.
+    const int n_vocab = 17;
+    fake_target m(n_vocab, 256, 4, 11);
+    const auto reqs = run_four_slots(m, nullptr, 16, [&](int i) {
+        return std::make_unique<oracle_drafter>(m, 100 + i, 0.8, 5, 6);
+    });
+    expect_each_as_alone(reqs, n_vocab);
 }
 
 // Chains of several requests (separate sequences) must hold equal row counts in every forward pass, because
@@ -168,39 +188,19 @@ TEST(decoder_lossless, chains_of_several_slots_have_equal_rows_and_stay_lossless
         fake_target m(n_vocab, 256, 4, 11);
         m.chains_only_ = true;
         rest::adaptive_budget policy(k_gpu_costs());
-        std::vector<std::vector<token_id>> prompts = {{1}, {2, 3}, {4, 5, 6}, {7, 8, 9, 10}};
-        std::vector<greedy_sampler> samplers(4);
-        std::vector<std::unique_ptr<oracle_drafter>> drafters;
-        std::vector<request> reqs(4);
-        decoder dec(m, adaptive ? &policy : nullptr);
-        for (int i = 0; i < 4; ++i) {
-            // Chains of 2, 4, 6 and 8 nodes, with different oracle rates.
-            drafters.push_back(std::make_unique<oracle_drafter>(m, 200 + i, 0.3 + 0.2 * i, 5, 2 + 2 * i));
-            reqs[i].slot = i;
-            reqs[i].params.n_predict = 40 + 10 * i;
-            reqs[i].params.n_draft_max = 8;
-            reqs[i].sampler = &samplers[i];
-            reqs[i].draft = drafters[i].get();
-            reqs[i].is_eog = [](token_id) { return false; };
-            dec.start(reqs[i], prompts[i]);
-        }
-        std::vector<request *> ptrs = {&reqs[0], &reqs[1], &reqs[2], &reqs[3]};
-        m.rows_per_request.clear();
-        int steps = 0, padded_steps = 0;
-        while (std::any_of(reqs.begin(), reqs.end(), [](const request & r) { return !r.done(); })) {
-            dec.step(ptrs);
-            ASSERT_LT(++steps, 1000);
-        }
+        // Chains of 2, 4, 6 and 8 nodes, with different oracle rates.
+        const auto reqs = run_four_slots(m, adaptive ? &policy : nullptr, 8, [&](int i) {
+            return std::make_unique<oracle_drafter>(m, 200 + i, 0.3 + 0.2 * i, 5, 2 + 2 * i);
+        });
+        int padded_steps = 0;
         for (const auto & rows : m.rows_per_request) {
             for (int v : rows) EXPECT_EQ(v, rows.front()) << "unequal rows in one forward pass";
             padded_steps += rows.size() > 1 && rows.front() > 1;
         }
         EXPECT_GT(padded_steps, 0) << "no step drafted";
-        for (int i = 0; i < 4; ++i) {
-            fake_target alone(n_vocab, 256, 1, 11);
-            const auto plain = run_once(alone, prompts[i], nullptr, 40 + 10 * i, -5, 0);
-            EXPECT_EQ(reqs[i].output, plain.tokens) << "slot " << i;
-            EXPECT_LE(reqs[i].stats.n_accepted, reqs[i].stats.n_drafted) << "padding counted as accepted drafts";
+        expect_each_as_alone(reqs, n_vocab);
+        for (const auto & r : reqs) {
+            EXPECT_LE(r.stats.n_accepted, r.stats.n_drafted) << "padding counted as accepted drafts";
         }
     }
 }
