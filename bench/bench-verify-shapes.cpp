@@ -23,15 +23,15 @@ struct fixture {
     std::unique_ptr<rest::target_model> ctx;
 };
 
-fixture & get(bool trees, int flash_attn) {
-    static fixture f[2][2];
-    fixture & x = f[trees][flash_attn];
+fixture & get(bool trees, int flash_attn, int threads) {
+    static fixture f[2][2][2];
+    fixture & x = f[trees][flash_attn][threads - 1];
     if (!x.model) {
         rest::llama_log_quiet();
         x.model = rest::model::load(model_path());
         rest::context_params cp;
         cp.n_ctx     = 512;
-        cp.n_threads = 2;
+        cp.n_threads = threads;
         cp.trees      = trees;
         cp.flash_attn = flash_attn;
         x.ctx        = x.model->new_context(cp);
@@ -63,13 +63,14 @@ void step(rest::target_model & m, std::int32_t rows) {
 }
 
 // state.range(0): rows; range(1): 1 = alternate with a one-row step (timed together, reported per pass); range(2):
-// 1 = tree layout; range(3): flash attention (0 off, 1 on).
+// 1 = tree layout; range(3): flash attention (0 off, 1 on); range(4): threads (1 or 2: on tiny models one thread
+// can beat two, since every graph node ends in a barrier).
 void BM_verify(benchmark::State & state) {
     if (!std::filesystem::exists(model_path())) {
         state.SkipWithError("no model (set REST_BENCH_MODEL)");
         return;
     }
-    rest::target_model & m = *get(state.range(2) != 0, (int) state.range(3)).ctx;
+    rest::target_model & m = *get(state.range(2) != 0, (int) state.range(3), (int) state.range(4)).ctx;
     const auto rows = (std::int32_t) state.range(0);
     const bool alternate = state.range(1) != 0;
     for (auto _ : state) {
@@ -82,6 +83,7 @@ void BM_verify(benchmark::State & state) {
 
 }  // namespace
 
-BENCHMARK(BM_verify)->ArgNames({"rows", "alternate", "trees", "fa"})->ArgsProduct({{1, 2, 4, 8}, {0, 1}, {0, 1}, {0, 1}})
+BENCHMARK(BM_verify)->ArgNames({"rows", "alternate", "trees", "fa", "threads"})
+    ->ArgsProduct({{1, 2, 3, 4, 5, 6, 8}, {0, 1}, {0, 1}, {0, 1}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -4,7 +4,10 @@
 // replayed in order and each finished output enters the history store, as in a server.
 //
 //   bench-draft-acceptance -m MODEL.gguf --index A.idx --prompts B.jsonl [--field prompt] --generations GEN.jsonl
-//                          [--budgets 8,16,32,64] [--alpha DS,CTX,HIST] [--weights DS,CTX,HIST]
+//                          [--budgets 8,16,32,64] [--alpha DS,CTX,HIST] [--weights DS,CTX,HIST] [--chain 1]
+//
+// --chain 1 replays what the decoder verifies on CPUs: the best path of a bushier tree (min(4N, 32) nodes), cut to
+// N nodes.
 //
 // GEN.jsonl is `rest generate -f B.jsonl --field prompt --no-spec --json` output (one record per prompt, in order,
 // with "tokens"). Prompts are tokenized as rest generate does (BOS added, special tokens parsed).
@@ -19,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -77,6 +81,7 @@ std::vector<std::string> split(const std::string & s, char sep) {
 int main(int argc, char ** argv) {
     std::string model, index, prompts_path, field = "prompt", gen_path, budgets_arg = "8,16,32,64", weights_arg;
     std::string alpha_arg;
+    bool        chain = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
         if (a == "-m") model = v;
@@ -87,6 +92,7 @@ int main(int argc, char ** argv) {
         else if (a == "--budgets") budgets_arg = v;
         else if (a == "--alpha") alpha_arg = v;
         else if (a == "--weights") weights_arg = v;
+        else if (a == "--chain") chain = v != "0";
         else {
             std::fprintf(stderr, "unknown option %s\n", a.c_str());
             return 1;
@@ -161,7 +167,11 @@ int main(int argc, char ** argv) {
                     dr.reset(s.prompt);
                     for (std::size_t pos = 0; pos < s.output.size();) {
                         draft_stats      st;
-                        const draft_tree t = dr.draft(n_budget, &st);
+                        draft_tree t = dr.draft(chain ? std::min(4 * n_budget, 32) : n_budget, &st);
+                        if (chain) {
+                            t.keep_best_path();
+                            t.truncate(static_cast<std::size_t>(n_budget));
+                        }
                         t_us += st.t_draft_us;
                         const std::span<const token_id> rest_out(s.output.data() + pos, s.output.size() - pos);
                         for (std::size_t i = 0; i < t.size(); ++i) {
