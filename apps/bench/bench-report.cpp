@@ -230,6 +230,7 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
     jt["rows"]    = costs.rows;
     jt["t_us"]    = costs.t_us;
     jt["attn_us"] = costs.attn_us;
+    jt["rebuild_us"] = costs.rebuild_us;
     j["cost_table"] = jt;
     return j;
 }

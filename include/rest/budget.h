@@ -13,6 +13,8 @@ struct budget_query {
     const draft_tree * tree = nullptr;  // best-first candidates; the policy picks a prefix length
     std::int32_t       n_past = 0;      // committed tokens of this request (attention cost grows with it)
     std::int32_t       n_max = 0;       // hard cap from the caller (context room, --draft-max, sequence ids)
+    // A query may be given more nodes than its tree has (up to n_max): the decoder pads the chain with filler
+    // tokens, which a policy asks for when the extra rows keep the batch shape or cost nothing.
 };
 
 class budget_policy {
@@ -20,7 +22,8 @@ class budget_policy {
     virtual ~budget_policy() = default;
     // Whether drafting is worth its own time this step (a policy can back off when drafts keep not paying).
     virtual bool want_draft() { return true; }
-    // For each query, n_out[i] in [0, min(n_max, tree size)]: verify the first n_out[i] nodes (0: plain decoding).
+    // For each query, n_out[i] in [0, n_max]: verify the first n_out[i] nodes of the tree (0: plain decoding), the
+    // ones past its size being padding.
     virtual void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) = 0;
     // The same choice when every request must verify the same number k of nodes: chains of several requests in
     // separate sequences, which llama.cpp splits into one forward pass per distinct per-sequence token count (its
@@ -38,7 +41,7 @@ class budget_policy {
     }
 };
 
-// Always verifies min(n, n_max) nodes: the fixed budgets REST and most peers use.
+// Always verifies min(n, n_max) nodes, padding short drafts: the fixed budgets REST and most peers use.
 class fixed_budget final : public budget_policy {
   public:
     explicit fixed_budget(std::int32_t n) : n_(n) {}

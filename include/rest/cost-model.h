@@ -18,21 +18,26 @@ namespace rest {
 
 struct cost_table {
     std::vector<std::int32_t> rows;       // increasing batch sizes (>= 1)
-    std::vector<double>       t_us;       // forward-pass time at each size, with a short context
-    double                    attn_us = 0;  // extra time per row per cached position (attention), >= 0
+    // Forward-pass time at each size with a short context, when the previous pass had the same size (llama.cpp
+    // then reuses its compute graph). Not forced to grow with rows: on tiny models a 2-row pass can cost less than
+    // a 1-row one (ggml's CPU sgemm needs at least 2 rows; one row goes through per-element dot products).
+    std::vector<double>       t_us;
+    double                    attn_us = 0;     // extra time per row per cached position (attention), >= 0
+    double                    rebuild_us = 0;  // extra time of a pass whose size differs from the previous one's
 
-    // Interpolated (linearly between measured sizes, extrapolated linearly past the last one).
+    // Interpolated (linearly between measured sizes, extrapolated linearly past the last one); steady shape.
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
     bool   valid() const { return !rows.empty() && rows.size() == t_us.size() && rows.front() == 1; }
-    // One-line text form for the on-disk cache: "rest-cost 1 <attn_us> <n> rows... t_us...". parse() returns an
-    // invalid table for anything malformed (the cache is then simply re-measured).
+    // One-line text form for the on-disk cache: "rest-cost 2 <attn_us> <rebuild_us> <n> rows... t_us...". parse()
+    // returns an invalid table for anything malformed or older (the cache is then simply re-measured).
     std::string        serialize() const;
     static cost_table  parse(const std::string & text);
 };
 
 struct calibrate_params {
     std::vector<std::int32_t> rows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
-    std::int32_t              n_reps = 7;         // fastest of this many timings per size (round robin)
+    std::int32_t              n_reps = 7;         // rounds over the sizes; each times n_block passes of one size
+    std::int32_t              n_block = 3;        // the first pass of a block pays the graph rebuild, the rest not
     std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us
     double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
 };
@@ -58,7 +63,10 @@ struct adaptive_budget_params {
 };
 
 // Chooses, for all requests of a forward pass together, the draft prefixes that maximise expected tokens per
-// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft). E is the sum of the nodes' path probabilities, each the
+// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft), where t(rows) includes the graph rebuild when rows
+// differs from the last pass's. Padding rows (filler beyond a tree's nodes, worth nothing) are allowed, so a step
+// keeps the last shape when a rebuild would cost more than the rows, or takes a cheaper shape (2 rows < 1 row on
+// tiny CPU models). E is the sum of the nodes' path probabilities, each the
 // product along its path of calibrated conditional probabilities: a node's drafter score over its parent's (the
 // chance it is accepted once its parent is), mapped per source and score bin to the acceptance realised so far by
 // nodes whose parent was accepted. Conditional bins learn from the first levels and apply at every depth, so a
@@ -79,8 +87,10 @@ class adaptive_budget final : public budget_policy {
     double calibrated(float score, std::uint8_t sources) const;
     // Path probabilities of every node of t: products of calibrated() along each path.
     std::vector<double> path_probabilities(const draft_tree & t) const;
-    // Predicted forward-pass time including the online correction.
+    // Predicted forward-pass time including the online correction, steady shape.
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
+    // The same plus the graph rebuild if n_rows differs from the last observed pass.
+    double step_us(std::int32_t n_rows, std::int32_t n_past) const;
     // The guard's current cost factor for drafting configurations of a batch of nq requests (1: none).
     double draft_cost_factor(std::size_t nq) const { return guard_[std::min<std::size_t>(nq, k_guards - 1)].inflate; }
     const cost_table & table() const { return table_; }
@@ -95,9 +105,11 @@ class adaptive_budget final : public budget_policy {
     void        settle_last_step();
     // What choose() and choose_equal() read from a batch of queries.
     struct batch {
-        std::vector<std::size_t>         lim;      // per query: most nodes it may verify
+        std::vector<std::size_t>         lim;      // per query: most drafted nodes it may verify
+        std::vector<std::size_t>         pad;      // per query: most nodes, padding included (>= lim)
         std::vector<std::vector<double>> prob;     // per query: path probabilities of its nodes (empty if lim 0)
         std::size_t                      lim_max = 0;
+        std::size_t                      pad_max = 0;
         std::int32_t                     n_past  = 0;  // mean committed tokens
     };
     batch prepare(std::span<const budget_query> qs) const;
@@ -132,6 +144,7 @@ class adaptive_budget final : public budget_policy {
     std::int32_t                            n_zero_ = 0;      // consecutive steps that chose no draft at all
     std::int32_t                            skip_ = 0;        // steps left before drafting again
     std::int32_t                            last_n_past_ = 0;
+    std::int32_t                            last_rows_ = 0;   // rows of the last observed pass (0: none yet)
 };
 
 }  // namespace rest

@@ -24,6 +24,10 @@ double adaptive_budget::predict_us(std::int32_t n_rows, std::int32_t n_past) con
     return table_.predict_us(n_rows, n_past) * (c > 0 ? c : correction_all_);
 }
 
+double adaptive_budget::step_us(std::int32_t n_rows, std::int32_t n_past) const {
+    return predict_us(n_rows, n_past) + (n_rows != last_rows_ ? table_.rebuild_us * correction_all_ : 0.0);
+}
+
 double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
     const double s = std::clamp((double) score, 0.0, 1.0);
     const bin &  b = calib_[sources & 7][std::min(k_bins - 1, (int) (s * k_bins))];
@@ -73,12 +77,15 @@ adaptive_budget::batch adaptive_budget::prepare(std::span<const budget_query> qs
     batch  b;
     double n_past_sum = 0;
     b.lim.assign(qs.size(), 0);
+    b.pad.assign(qs.size(), 0);
     b.prob.resize(qs.size());
     for (size_t i = 0; i < qs.size(); ++i) {
-        b.lim[i] = qs[i].tree ? std::min<size_t>({qs[i].tree->size(), (size_t) std::max(0, qs[i].n_max),
-                                                  (size_t) params_.n_max}) : 0;
+        b.pad[i] = std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
+        b.lim[i] = qs[i].tree ? std::min(qs[i].tree->size(), b.pad[i]) : 0;
         if (b.lim[i] > 0) b.prob[i] = path_probabilities(*qs[i].tree);
+        b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
         b.lim_max = std::max(b.lim_max, b.lim[i]);
+        b.pad_max = std::max(b.pad_max, b.pad[i]);
         n_past_sum += qs[i].n_past;
     }
     b.n_past = (std::int32_t) (n_past_sum / (double) std::max<size_t>(1, qs.size()));
@@ -89,10 +96,8 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     settle_last_step();
     const size_t nq = qs.size();
     std::fill(n_out.begin(), n_out.end(), 0);
-    // Steps that drafted nothing (drafting skipped while backing off, or no match) say nothing about whether drafts
-    // pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never probe again.
     const batch b = prepare(qs);
-    if (b.lim_max == 0) {
+    if (b.pad_max == 0) {
         return;
     }
     const std::vector<size_t> &              lim  = b.lim;
@@ -100,11 +105,11 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     const std::int32_t                       p    = b.n_past;
     std::vector<size_t>                      next(nq, 0);
 
-    // Greedy over the whole batch: add the next node (in each tree's best-first order) with the highest calibrated
-    // probability, and remember the configuration with the best expected tokens per microsecond.
+    // Greedy over the whole batch: add the next node (in each tree's best-first order, padding last) with the
+    // highest calibrated probability, and remember the configuration with the best expected tokens per microsecond.
     std::int32_t rows      = (std::int32_t) nq;
     double       expected  = (double) nq;
-    const double t_plain   = predict_us(rows, p);
+    const double t_plain   = step_us(rows, p);
     const double inflate   = draft_cost_factor(nq);
     double       best_rate = expected / t_plain;
     double       exp_best  = expected;  // expected tokens and rows of the best configuration so far
@@ -113,7 +118,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         size_t pick = nq;
         double pv   = -1;
         for (size_t i = 0; i < nq; ++i) {
-            if (next[i] < lim[i]) {
+            if (next[i] < b.pad[i]) {
                 const double v = prob[i][next[i]];
                 if (v > pv) { pv = v; pick = i; }
             }
@@ -122,13 +127,18 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         ++next[pick];
         ++rows;
         expected += pv;
-        const double rate = expected / (predict_us(rows, p) * inflate);
+        const double rate = expected / (step_us(rows, p) * inflate);
         if (rate > best_rate) {
             best_rate = rate;
             exp_best  = expected;
             rows_best = rows;
             std::copy(next.begin(), next.end(), n_out.begin());
         }
+    }
+    // Steps that drafted nothing (drafting skipped while backing off, or no match) say nothing about whether drafts
+    // pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never probe again.
+    if (b.lim_max == 0) {
+        return;
     }
     const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
     if (ex < nq) {
@@ -140,30 +150,35 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
     settle_last_step();
     const size_t nq = qs.size();
     const batch  b  = prepare(qs);
-    if (b.lim_max == 0) {
-        return 0;  // as in choose(): a step without drafts leaves the back-off state alone
+    if (b.pad_max == 0) {
+        return 0;
     }
     const std::vector<size_t> &              lim  = b.lim;
     const std::vector<std::vector<double>> & prob = b.prob;
     const std::int32_t                       p    = b.n_past;
-    // Every chain length k costs nq * (1 + k) rows, whichever requests have drafts that long.
+    // Every chain length k costs 1 + min(k, pad) rows per request, whichever requests have drafts that long (the
+    // decoder pads the others).
     double       expected  = (double) nq;
-    const double t_plain   = predict_us((std::int32_t) nq, p);
+    const double t_plain   = step_us((std::int32_t) nq, p);
     const double inflate   = draft_cost_factor(nq);
     double       best_rate = expected / t_plain, exp_best = expected;
     std::int32_t rows_best = (std::int32_t) nq, k_best = 0;
-    for (size_t k = 1; k <= b.lim_max; ++k) {
+    for (size_t k = 1; k <= b.pad_max; ++k) {
+        std::int32_t rows = 0;
         for (size_t i = 0; i < nq; ++i) {
             if (k <= lim[i]) expected += prob[i][k - 1];
+            rows += 1 + (std::int32_t) std::min(k, b.pad[i]);
         }
-        const std::int32_t rows = (std::int32_t) (nq * (1 + k));
-        const double       rate = expected / (predict_us(rows, p) * inflate);
+        const double rate = expected / (step_us(rows, p) * inflate);
         if (rate > best_rate) {
             best_rate = rate;
             exp_best  = expected;
             rows_best = rows;
             k_best    = (std::int32_t) k;
         }
+    }
+    if (b.lim_max == 0) {
+        return k_best;  // as in choose(): a step without drafts leaves the back-off state alone
     }
     const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
     return ex < nq ? std::max(k_best, k) : k_best;
@@ -177,7 +192,7 @@ std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<con
     const size_t nq = qs.size();
     // Drafting pays only if the best speculative rate beats plain decoding even after paying for the drafts.
     const bool pays = rows_best > (std::int32_t) nq &&
-                      exp_best / (predict_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
+                      exp_best / (step_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
     if (pays) {
         n_zero_        = 0;
         pending_       = true;
@@ -221,7 +236,8 @@ std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<con
 }
 
 void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
-    const double base = table_.predict_us(n_rows, n_past);
+    const double base = table_.predict_us(n_rows, n_past) + (n_rows != last_rows_ ? table_.rebuild_us : 0.0);
+    last_rows_        = n_rows;
     if (base > 0 && t_us > 0) {
         double & c = correction_[correction_index(n_rows)];
         if (c <= 0) c = correction_all_;
@@ -264,7 +280,7 @@ std::int32_t budget_policy::choose_equal(std::span<const budget_query> qs) {
 
 void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     for (size_t i = 0; i < qs.size(); ++i) {
-        n_out[i] = qs[i].tree ? std::min<std::int32_t>({n_, qs[i].n_max, (std::int32_t) qs[i].tree->size()}) : 0;
+        n_out[i] = std::min(n_, qs[i].n_max);
     }
 }
 

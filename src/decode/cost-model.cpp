@@ -85,7 +85,7 @@ double cost_table::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
 std::string cost_table::serialize() const {
     std::ostringstream out;
     out.precision(9);
-    out << "rest-cost 1 " << attn_us << ' ' << rows.size();
+    out << "rest-cost 2 " << attn_us << ' ' << rebuild_us << ' ' << rows.size();
     for (auto r : rows) out << ' ' << r;
     for (auto t : t_us) out << ' ' << t;
     return out.str();
@@ -97,14 +97,15 @@ cost_table cost_table::parse(const std::string & text) {
     int                version = 0;
     size_t             n       = 0;
     cost_table         t;
-    if (!(in >> magic >> version >> t.attn_us >> n) || magic != "rest-cost" || version != 1 || n == 0 || n > 4096) {
+    if (!(in >> magic >> version) || magic != "rest-cost" || version != 2 || !(in >> t.attn_us >> t.rebuild_us >> n) ||
+        n == 0 || n > 4096) {
         return {};
     }
     t.rows.resize(n);
     t.t_us.resize(n);
     for (auto & r : t.rows) if (!(in >> r)) return {};
     for (auto & v : t.t_us) if (!(in >> v) || !(v > 0)) return {};
-    if (!std::is_sorted(t.rows.begin(), t.rows.end()) || t.rows.front() != 1 || t.attn_us < 0) {
+    if (!std::is_sorted(t.rows.begin(), t.rows.end()) || t.rows.front() != 1 || t.attn_us < 0 || t.rebuild_us < 0) {
         return {};
     }
     return t;
@@ -120,14 +121,25 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     fill_context(m, slot, n_short, n_vocab);
     time_rows(m, slot, 1, n_vocab);  // warm-up: first passes allocate
     // Round robin over the sizes, repeated: a slow spell of a shared machine then slows every size a little instead
-    // of one size a lot (sizes measured one after another gave t(2) = 1.9 t(1) in one run, 1.45 in the next).
+    // of one size a lot (sizes measured one after another gave t(2) = 1.9 t(1) in one run, 1.45 in the next). Each
+    // visit is a block of passes of one size: its first pass follows another size and rebuilds llama.cpp's graph
+    // (ts_changed), the others reuse it (ts), which is what a policy that keeps its shape pays.
     std::vector<std::int32_t>        sizes;
-    std::vector<std::vector<double>> ts;
+    std::vector<std::vector<double>> ts, ts_changed;
     auto measure = [&](std::int32_t rows) {
         if (m.n_past(slot) + rows + 1 > room / 2) {
             fill_context(m, slot, n_short, n_vocab);
         }
         return time_rows(m, slot, rows, n_vocab);
+    };
+    const std::int32_t n_block = std::max(2, p.n_block);
+    auto measure_block = [&](std::size_t i) {
+        for (std::int32_t b = 0; b < n_block; ++b) {
+            const double t = measure(sizes[i]);
+            if (t <= 0) return false;
+            (b == 0 ? ts_changed[i] : ts[i]).push_back(t);
+        }
+        return true;
     };
     // The first round also decides which sizes fit the context, the sequence ids and the time budget.
     for (std::int32_t rows : p.rows) {
@@ -135,22 +147,29 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
             (rows > 1 && now_us() - t_start > p.max_seconds * 1e6)) {
             break;
         }
-        const double t = measure(rows);
-        if (t <= 0) break;
         sizes.push_back(rows);
-        ts.push_back({t});
+        ts.emplace_back();
+        ts_changed.emplace_back();
+        if (!measure_block(sizes.size() - 1)) {
+            sizes.pop_back();
+            ts.pop_back();
+            ts_changed.pop_back();
+            break;
+        }
     }
     for (int k = 1; k < p.n_reps; ++k) {
         for (size_t i = 0; i < sizes.size() && now_us() - t_start <= p.max_seconds * 1e6; ++i) {
-            const double t = measure(sizes[i]);
-            if (t > 0) ts[i].push_back(t);
+            measure_block(i);
         }
     }
+    std::vector<double> rebuilds;
     for (size_t i = 0; i < sizes.size(); ++i) {
         table.rows.push_back(sizes[i]);
-        // Costs never fall with more rows; measurement noise sometimes says otherwise.
-        table.t_us.push_back(std::max(fastest(ts[i]), table.t_us.empty() ? 0.0 : table.t_us.back()));
+        table.t_us.push_back(fastest(ts[i]));
+        rebuilds.push_back(fastest(ts_changed[i]) - fastest(ts[i]));
     }
+    // One figure for all sizes: building a graph costs about the same whatever the batch size.
+    table.rebuild_us = std::max(0.0, median(rebuilds));
     if (table.rows.empty()) {
         m.clear(slot);
         return table;

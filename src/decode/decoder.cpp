@@ -171,7 +171,8 @@ void decoder::step(std::span<request * const> requests) {
     for (size_t i = 0; i < live_.size(); ++i) {
         queries_[i].tree   = &trees_[i];
         queries_[i].n_past = model_.n_past(live_[i]->slot);
-        queries_[i].n_max  = (std::int32_t) trees_[i].size();
+        // Beyond its tree a request may be padded (the policy's choice), within its cap; never without a drafter.
+        queries_[i].n_max  = live_[i]->draft ? cap_of(*live_[i]) : 0;
     }
     // Chains of several requests live in separate sequences, and llama.cpp runs a batch whose sequences hold
     // unequal token counts as several forward passes (one per count): so they all verify k nodes, shorter chains
@@ -204,14 +205,14 @@ void decoder::step(std::span<request * const> requests) {
         }
         tree.truncate(n);
         n_real_[i] = n;
-        if (equal_rows) {
-            // Padding: any token is safe to verify (it is accepted only if it is what the target emits there).
-            const token_id fill = tree.empty() ? r.root : tree.tokens.back();
-            while ((std::int32_t) tree.size() < std::min(k_equal, cap_of(r))) {
-                tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
-            }
-            n = (std::int32_t) tree.size();
+        // Padding up to the policy's choice (the same k for every chain of a batch, see above; a steady shape for
+        // one request): any token is safe to verify, it is accepted only if it is what the target emits there. It
+        // continues the last node, so it adds no leaf.
+        const token_id fill = tree.empty() ? r.root : tree.tokens.back();
+        while ((std::int32_t) tree.size() < std::min(n_keep_[i], cap_of(r))) {
+            tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
+        n = (std::int32_t) tree.size();
         rows += 1 + n;
         past_sum += model_.n_past(r.slot);
         tree_request tr;
