@@ -3,6 +3,8 @@
 #include "fake-model.h"
 #include "rest/cost-model.h"
 
+#include <chrono>
+
 using namespace rest;
 
 namespace {
@@ -38,6 +40,17 @@ const cost_table k_cpu = table_of({1, 2, 4, 8, 16, 32, 64}, {77, 109, 146, 238, 
 // GPU-like: flat up to 64.
 const cost_table k_gpu = table_of({1, 2, 4, 8, 16, 32, 64}, {1000, 1001, 1002, 1004, 1008, 1016, 1030});
 
+TEST(cost_table, threads_for_takes_the_nearest_measured_size) {
+    cost_table c = table_of({1, 2, 4, 8}, {10, 8, 12, 20});
+    EXPECT_EQ(c.threads_for(3), 0);  // none measured: the context's own
+    c.threads = {2, 1, 1, 2};
+    EXPECT_EQ(c.threads_for(1), 2);
+    EXPECT_EQ(c.threads_for(2), 1);
+    EXPECT_EQ(c.threads_for(3), 1);
+    EXPECT_EQ(c.threads_for(7), 2);
+    EXPECT_EQ(c.threads_for(100), 2);
+}
+
 TEST(cost_table, interpolates_and_extrapolates) {
     EXPECT_DOUBLE_EQ(k_cpu.predict_us(1, 0), 77);
     EXPECT_DOUBLE_EQ(k_cpu.predict_us(3, 0), (109 + 146) / 2.0);
@@ -51,10 +64,15 @@ TEST(cost_table, serializes_and_rejects_garbage) {
     ASSERT_TRUE(back.valid());
     EXPECT_EQ(back.rows, k_cpu.rows);
     for (size_t i = 0; i < back.t_us.size(); ++i) EXPECT_NEAR(back.t_us[i], k_cpu.t_us[i], 1e-6);
-    EXPECT_TRUE(cost_table::parse("rest-cost 2 0.5 80 2 1 2 10 7").valid());  // t(2) < t(1) is allowed
-    for (const char * bad : {"", "rest-cost 2 0 1 1 5", "rest-cost 2 0 0 2 1 2 5", "rest-cost 2 0 0 1 2 5",
-                             "rest-cost 2 -1 0 1 1 5", "rest-cost 2 0 -1 1 1 5", "nonsense", "rest-cost 2 0 0 1 1 -3",
-                             "rest-cost 1 0 1 1 5" /* an older cache: measured without rebuild_us, so re-measure */}) {
+    const cost_table small = cost_table::parse("rest-cost 3 0.5 80 2 1 2 10 7 1 2");  // t(2) < t(1) is allowed
+    ASSERT_TRUE(small.valid());
+    EXPECT_EQ(small.threads, (std::vector<std::int32_t>{1, 2}));
+    EXPECT_DOUBLE_EQ(small.rebuild_us, 80);
+    for (const char * bad : {"", "rest-cost 3 0 1 1 5", "rest-cost 3 0 0 2 1 2 5 6 1", "rest-cost 3 0 0 1 2 5 1",
+                             "rest-cost 3 -1 0 1 1 5 1", "rest-cost 3 0 -1 1 1 5 1", "nonsense", "rest-cost 3 0 0 1 1 -3 1",
+                             "rest-cost 3 0 0 1 1 5 -1", "rest-cost 3 0 0 1 1 5",
+                             // older caches (no rebuild cost, no threads): re-measured
+                             "rest-cost 1 0 1 1 5", "rest-cost 2 0 0 1 1 5"}) {
         EXPECT_FALSE(cost_table::parse(bad).valid()) << bad;
     }
 }
@@ -319,6 +337,82 @@ TEST(calibrate_cost, produces_a_valid_table_on_a_fake_model) {
     EXPECT_GE(t.rebuild_us, 0);
     EXPECT_TRUE(cost_table::parse(t.serialize()).valid());
     EXPECT_EQ(m.n_past(0), 0);  // the slot is left clean
+}
+
+// A fake model with CPU threads whose decode() takes a set time per (rows, threads): one thread is fast for small
+// batches and slow for large ones, as ggml behaves on tiny models. It records the thread count of every decode.
+class threaded_target final : public target_model {
+  public:
+    explicit threaded_target(rest_test::fake_target & f) : f_(f) {}
+    std::int32_t n_vocab() const override { return f_.n_vocab(); }
+    std::int32_t n_slots() const override { return f_.n_slots(); }
+    std::int32_t n_ctx_slot() const override { return f_.n_ctx_slot(); }
+    std::int32_t n_leaves_max() const override { return f_.n_leaves_max(); }
+    bool trees() const override { return f_.trees(); }
+    std::int32_t n_past(std::int32_t slot) const override { return f_.n_past(slot); }
+    std::int32_t n_threads() const override { return 2; }
+    void set_decode_threads(std::int32_t n) override { threads_ = n > 0 ? n : 2; }
+    void prefill(std::int32_t slot, std::span<const token_id> t) override { f_.prefill(slot, t); }
+    decode_status decode(std::span<const tree_request> reqs) override {
+        int rows = 0;
+        for (const auto & r : reqs) rows += 1 + (int) r.tokens.size();
+        seen.emplace_back(rows, threads_);
+        const double us = threads_ == 1 ? (rows <= 8 ? 100 : 3000) : 600;
+        const auto   t0 = std::chrono::steady_clock::now();
+        while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < us) {
+        }
+        return f_.decode(reqs);
+    }
+    std::span<const float> logits(std::int32_t r, std::int32_t node) const override { return f_.logits(r, node); }
+    void commit(std::int32_t r, std::span<const std::int32_t> path) override { f_.commit(r, path); }
+    void clear(std::int32_t slot) override { f_.clear(slot); }
+    std::int64_t n_forward() const override { return f_.n_forward(); }
+
+    std::vector<std::pair<int, int>> seen;  // (rows, threads) per decode()
+
+  private:
+    rest_test::fake_target & f_;
+    std::int32_t             threads_ = 2;
+};
+
+TEST(calibrate_cost, picks_the_faster_thread_count_per_size) {
+    rest_test::fake_target f(50, 600, 1, 3);
+    threaded_target        m(f);
+    calibrate_params       p;
+    p.n_reps = 2;
+    const cost_table t = calibrate_cost(m, 0, p);
+    ASSERT_TRUE(t.valid());
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+        EXPECT_EQ(t.threads[i], t.rows[i] <= 8 ? 1 : 2) << "rows " << t.rows[i];
+        EXPECT_LT(t.t_us[i], t.rows[i] <= 8 ? 500 : 2500) << "rows " << t.rows[i];
+    }
+    // One thread lost by 5x at 12 rows: it is not timed again at 16 rows and beyond (a big model pays little).
+    for (const auto & [rows, threads] : m.seen) {
+        if (rows >= 16) EXPECT_EQ(threads, 2) << rows;
+    }
+    m.seen.clear();
+    m.decode({});
+    ASSERT_EQ(m.seen.size(), 1u);
+    EXPECT_EQ(m.seen[0].second, 2) << "the calibration leaves the context's own thread count set";
+}
+
+TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
+    rest_test::fake_target f(40, 400, 1, 5);
+    f.chains_only_ = true;
+    threaded_target m(f);
+    cost_table      c = table_of({1, 2, 4, 8}, {300, 100, 150, 250});
+    c.threads         = {2, 1, 1, 2};
+    adaptive_budget           b(c);
+    rest_test::oracle_drafter d(f, 9, 0.8, 0, 8);
+    greedy_sampler            s;
+    request                   r;
+    r.params.n_predict   = 60;
+    r.params.n_draft_max = 8;
+    r.sampler            = &s;
+    r.draft              = &d;
+    decoder(m, &b).run(r, std::vector<token_id>{1, 2, 3});
+    ASSERT_FALSE(m.seen.empty());
+    for (const auto & [rows, threads] : m.seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
 }
 
 TEST(adaptive_budget, decoder_with_worthless_drafts_stays_near_plain) {

@@ -24,12 +24,20 @@ struct cost_table {
     std::vector<double>       t_us;
     double                    attn_us = 0;     // extra time per row per cached position (attention), >= 0
     double                    rebuild_us = 0;  // extra time of a pass whose size differs from the previous one's
+    // CPU threads that gave t_us at each size (0 or empty: the context's own). Small models can run small batches faster on
+    // fewer threads than the context has; the decoder sets this count per pass.
+    std::vector<std::int32_t> threads;
 
     // Interpolated (linearly between measured sizes, extrapolated linearly past the last one); steady shape.
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
-    bool   valid() const { return !rows.empty() && rows.size() == t_us.size() && rows.front() == 1; }
-    // One-line text form for the on-disk cache: "rest-cost 2 <attn_us> <rebuild_us> <n> rows... t_us...". parse()
-    // returns an invalid table for anything malformed or older (the cache is then simply re-measured).
+    bool   valid() const {
+        return !rows.empty() && rows.size() == t_us.size() && (threads.empty() || threads.size() == rows.size()) &&
+               rows.front() == 1;
+    }
+    // The thread count measured fastest at the nearest size (0: the context's own).
+    std::int32_t threads_for(std::int32_t n_rows) const;
+    // One-line text form for the on-disk cache: "rest-cost 3 <attn_us> <rebuild_us> <n> rows... t_us... threads...".
+    // parse() returns an invalid table for anything malformed or older (the cache is then simply re-measured).
     std::string        serialize() const;
     static cost_table  parse(const std::string & text);
 };
@@ -38,6 +46,10 @@ struct calibrate_params {
     std::vector<std::int32_t> rows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
     std::int32_t              n_reps = 7;         // rounds over the sizes; each times n_block passes of one size
     std::int32_t              n_block = 3;        // the first pass of a block pays the graph rebuild, the rest not
+    // Also time every size on one thread when the context has more; dropped for larger sizes once it is this much
+    // slower than the context's own count (so a big model pays one extra block).
+    bool                      try_one_thread = true;
+    double                    drop_slower = 1.5;
     std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us
     double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
 };
@@ -80,6 +92,7 @@ class adaptive_budget final : public budget_policy {
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
+    std::int32_t threads_for(std::int32_t n_rows) const override { return table_.threads_for(n_rows); }
     void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
 
     // The probability the policy currently assigns to a node being accepted once its parent is, for this

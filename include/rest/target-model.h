@@ -44,6 +44,11 @@ class target_model {
     // bookkeeping, which on small models outweighs what branches add.
     virtual bool trees() const { return true; }
     virtual std::int32_t n_past(std::int32_t slot) const = 0;
+    // CPU threads of the context (what prefill() always uses), and the count the next decode() calls use: 0 restores
+    // the context's own. A cost model sets it per batch size, since on small models fewer threads can be faster
+    // (every graph node ends in a barrier). Models without threads ignore it.
+    virtual std::int32_t n_threads() const { return 0; }
+    virtual void set_decode_threads(std::int32_t n) { (void) n; }
 
     // Appends tokens to a slot's committed memory without computing logits (prompt processing). Throws on failure.
     virtual void prefill(std::int32_t slot, std::span<const token_id> tokens) = 0;

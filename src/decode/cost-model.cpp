@@ -82,12 +82,22 @@ double cost_table::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
     return base + attn_us * (double) n_rows * (double) std::max(n_past, 0);
 }
 
+std::int32_t cost_table::threads_for(std::int32_t n_rows) const {
+    if (!valid() || threads.empty()) return 0;
+    const auto   it = std::lower_bound(rows.begin(), rows.end(), n_rows);
+    const size_t k  = it == rows.end() ? rows.size() - 1
+                      : (it != rows.begin() && *it - n_rows > n_rows - *(it - 1)) ? (size_t) (it - rows.begin()) - 1
+                                                                                  : (size_t) (it - rows.begin());
+    return threads[k];
+}
+
 std::string cost_table::serialize() const {
     std::ostringstream out;
     out.precision(9);
-    out << "rest-cost 2 " << attn_us << ' ' << rebuild_us << ' ' << rows.size();
+    out << "rest-cost 3 " << attn_us << ' ' << rebuild_us << ' ' << rows.size();
     for (auto r : rows) out << ' ' << r;
     for (auto t : t_us) out << ' ' << t;
+    for (size_t i = 0; i < rows.size(); ++i) out << ' ' << (threads.empty() ? 0 : threads[i]);
     return out.str();
 }
 
@@ -97,14 +107,16 @@ cost_table cost_table::parse(const std::string & text) {
     int                version = 0;
     size_t             n       = 0;
     cost_table         t;
-    if (!(in >> magic >> version) || magic != "rest-cost" || version != 2 || !(in >> t.attn_us >> t.rebuild_us >> n) ||
+    if (!(in >> magic >> version) || magic != "rest-cost" || version != 3 || !(in >> t.attn_us >> t.rebuild_us >> n) ||
         n == 0 || n > 4096) {
         return {};
     }
     t.rows.resize(n);
     t.t_us.resize(n);
+    t.threads.resize(n);
     for (auto & r : t.rows) if (!(in >> r)) return {};
     for (auto & v : t.t_us) if (!(in >> v) || !(v > 0)) return {};
+    for (auto & k : t.threads) if (!(in >> k) || k < 0) return {};
     if (!std::is_sorted(t.rows.begin(), t.rows.end()) || t.rows.front() != 1 || t.attn_us < 0 || t.rebuild_us < 0) {
         return {};
     }
@@ -123,9 +135,18 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     // Round robin over the sizes, repeated: a slow spell of a shared machine then slows every size a little instead
     // of one size a lot (sizes measured one after another gave t(2) = 1.9 t(1) in one run, 1.45 in the next). Each
     // visit is a block of passes of one size: its first pass follows another size and rebuilds llama.cpp's graph
-    // (ts_changed), the others reuse it (ts), which is what a policy that keeps its shape pays.
-    std::vector<std::int32_t>        sizes;
-    std::vector<std::vector<double>> ts, ts_changed;
+    // (changed), the others reuse it (steady), which is what a policy that keeps its shape pays. Each size is timed
+    // with the context's threads and, for small models, with one thread: on stories260K with two threads a 2-row
+    // pass took 0.56 ms and with one 0.17 ms (ggml's sgemm splits tiny matrices into chunks the threads contend for).
+    struct timing {
+        std::vector<double> steady, changed;
+    };
+    std::vector<std::int32_t>                  options = {m.n_threads()};  // [0]: the context's own (0: no threads)
+    if (p.try_one_thread && m.n_threads() > 1) options.push_back(1);
+    std::vector<std::int32_t>                  sizes;
+    std::vector<std::vector<timing>>           ts;     // [size][option]
+    std::vector<bool>                          alive(options.size(), true);
+    std::vector<std::vector<bool>>             tried;  // [size][option]: measured in the first round
     auto measure = [&](std::int32_t rows) {
         if (m.n_past(slot) + rows + 1 > room / 2) {
             fill_context(m, slot, n_short, n_vocab);
@@ -133,44 +154,64 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         return time_rows(m, slot, rows, n_vocab);
     };
     const std::int32_t n_block = std::max(2, p.n_block);
-    auto measure_block = [&](std::size_t i) {
+    auto measure_block = [&](std::size_t i, std::size_t o) {
+        m.set_decode_threads(options[o]);
         for (std::int32_t b = 0; b < n_block; ++b) {
             const double t = measure(sizes[i]);
             if (t <= 0) return false;
-            (b == 0 ? ts_changed[i] : ts[i]).push_back(t);
+            (b == 0 ? ts[i][o].changed : ts[i][o].steady).push_back(t);
         }
         return true;
     };
-    // The first round also decides which sizes fit the context, the sequence ids and the time budget.
+    // The first round also decides which sizes fit the context, the sequence ids and the time budget, and drops
+    // the one-thread option for the sizes after one where it was much slower.
     for (std::int32_t rows : p.rows) {
         if (rows > room / 4 || (m.trees() && rows > m.n_leaves_max() + 1) ||
             (rows > 1 && now_us() - t_start > p.max_seconds * 1e6)) {
             break;
         }
         sizes.push_back(rows);
-        ts.emplace_back();
-        ts_changed.emplace_back();
-        if (!measure_block(sizes.size() - 1)) {
+        ts.emplace_back(options.size());
+        tried.emplace_back(options.size(), false);
+        bool ok = true;
+        for (std::size_t o = 0; o < options.size() && ok; ++o) {
+            if (alive[o]) {
+                ok           = measure_block(sizes.size() - 1, o);
+                tried.back()[o] = ok;
+            }
+        }
+        if (!ok) {
             sizes.pop_back();
             ts.pop_back();
-            ts_changed.pop_back();
+            tried.pop_back();
             break;
+        }
+        for (std::size_t o = 1; o < options.size(); ++o) {
+            alive[o] = alive[o] && fastest(ts.back()[o].steady) <= p.drop_slower * fastest(ts.back()[0].steady);
         }
     }
     for (int k = 1; k < p.n_reps; ++k) {
         for (size_t i = 0; i < sizes.size() && now_us() - t_start <= p.max_seconds * 1e6; ++i) {
-            measure_block(i);
+            for (std::size_t o = 0; o < options.size(); ++o) {
+                if (tried[i][o]) measure_block(i, o);
+            }
         }
     }
     std::vector<double> rebuilds;
     for (size_t i = 0; i < sizes.size(); ++i) {
+        std::size_t best = 0;
+        for (std::size_t o = 1; o < options.size(); ++o) {
+            if (tried[i][o] && fastest(ts[i][o].steady) < fastest(ts[i][best].steady)) best = o;
+        }
         table.rows.push_back(sizes[i]);
-        table.t_us.push_back(fastest(ts[i]));
-        rebuilds.push_back(fastest(ts_changed[i]) - fastest(ts[i]));
+        table.t_us.push_back(fastest(ts[i][best].steady));
+        table.threads.push_back(options[best]);
+        rebuilds.push_back(fastest(ts[i][best].changed) - fastest(ts[i][best].steady));
     }
     // One figure for all sizes: building a graph costs about the same whatever the batch size.
     table.rebuild_us = std::max(0.0, median(rebuilds));
     if (table.rows.empty()) {
+        m.set_decode_threads(0);
         m.clear(slot);
         return table;
     }
@@ -183,6 +224,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         for (size_t k = 0; k < table.rows.size(); k += std::max<size_t>(1, table.rows.size() / 3)) {
             const std::int32_t rows = table.rows[k];
             if (m.n_past(slot) + rows + 1 > room) break;
+            m.set_decode_threads(table.threads[k]);
             std::vector<double> ts;
             for (int r = 0; r < p.n_reps; ++r) {
                 const double t = time_rows(m, slot, rows, n_vocab);
@@ -195,6 +237,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         // fill is capped at doubling a single row's cost, which covers every model shape we have measured.
         table.attn_us = std::clamp(median(slopes), 0.0, table.t_us[0] / double(std::max(1, n_long)));
     }
+    m.set_decode_threads(0);
     m.clear(slot);
     return table;
 }

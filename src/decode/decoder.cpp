@@ -224,7 +224,9 @@ void decoder::step(std::span<request * const> requests) {
         batch_.push_back(tr);
     }
 
-    // 3. Verify: one forward pass. If the memory cannot hold the trees, fall back to plain decoding this step.
+    // 3. Verify: one forward pass (on the thread count the cost model found fastest for its size). If the memory
+    //    cannot hold the trees, fall back to plain decoding this step.
+    if (policy_) model_.set_decode_threads(policy_->threads_for(rows));
     const double t_dec0 = now_us();
     if (model_.decode(batch_) != decode_status::ok) {
         for (size_t i = 0; i < live_.size(); ++i) {
@@ -234,6 +236,7 @@ void decoder::step(std::span<request * const> requests) {
             batch_[i].depths  = {};
         }
         rows = (std::int32_t) live_.size();
+        if (policy_) model_.set_decode_threads(policy_->threads_for(rows));
         if (model_.decode(batch_) != decode_status::ok) {
             for (request * r : live_) {
                 r->stopped = stop_reason::context;

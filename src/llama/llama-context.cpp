@@ -55,6 +55,7 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
         params.n_threads > 0 ? params.n_threads : std::max(1, (int32_t) std::thread::hardware_concurrency());
     cp.n_threads       = n_threads;
     cp.n_threads_batch = n_threads;
+    n_threads_ = decode_threads_ = threads_now_ = n_threads;
     cp.no_perf         = true;
     cp.flash_attn_type = flash_attn_type(params.flash_attn, h);
     ctx_.reset(llama_init_from_model(model, cp));
@@ -77,6 +78,7 @@ void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens) 
         throw user_error("the prompt (" + std::to_string(tokens.size()) + " tokens) does not fit the context (" +
                          std::to_string(n_ctx_slot_) + " positions per slot)");
     }
+    use_threads(n_threads_);
     for (size_t off = 0; off < tokens.size(); off += n_batch_) {
         const size_t n = std::min(tokens.size() - off, (size_t) n_batch_);
         batch_.n_tokens = (int32_t) n;
@@ -96,8 +98,16 @@ void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens) 
     }
 }
 
+void llama_target::use_threads(std::int32_t n) {
+    if (n != threads_now_) {
+        llama_set_n_threads(ctx_.get(), n, n);  // cheap: read by the next llama_decode
+        threads_now_ = n;
+    }
+}
+
 decode_status llama_target::decode(std::span<const tree_request> requests) {
     release_borrowed();
+    use_threads(decode_threads_);
     layout_.clear();
     layout_.resize(requests.size());
 

@@ -36,6 +36,8 @@ class llama_target final : public target_model {
     std::int32_t n_leaves_max() const override { return n_seq_max_ - n_slots_; }
     bool trees() const override { return trees_; }
     std::int32_t n_past(std::int32_t slot) const override { return n_past_[slot]; }
+    std::int32_t n_threads() const override { return n_threads_; }
+    void set_decode_threads(std::int32_t n) override { decode_threads_ = n > 0 ? n : n_threads_; }
 
     void prefill(std::int32_t slot, std::span<const token_id> tokens) override;
     decode_status decode(std::span<const tree_request> requests) override;
@@ -62,6 +64,10 @@ class llama_target final : public target_model {
     std::int32_t                n_seq_max_ = 1;
     std::int32_t                n_ctx_slot_ = 0;
     std::int32_t                n_batch_ = 0;
+    std::int32_t                n_threads_ = 1;       // the context's own (prefill)
+    std::int32_t                decode_threads_ = 1;  // decode()'s
+    std::int32_t                threads_now_ = 1;     // what llama.cpp was last told
+    void use_threads(std::int32_t n);
     bool                        trees_ = true;
     std::vector<std::int32_t>   n_past_;
     std::vector<request_layout> layout_;
