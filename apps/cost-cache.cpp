@@ -49,7 +49,10 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (verbose || secs > 2) {
         std::fprintf(stderr, "rest: measured verify cost in %.1f s (cached in %s):", secs, path.c_str());
-        for (size_t i = 0; i < t.rows.size(); ++i) std::fprintf(stderr, " t(%d)=%.3fms", t.rows[i], t.t_us[i] / 1000);
+        for (size_t i = 0; i < t.rows.size(); ++i) {
+            std::fprintf(stderr, " t(%d)=%.3fms", t.rows[i], t.t_us[i] / 1000);
+            if (!t.threads.empty() && t.threads[i] > 0) std::fprintf(stderr, "/%dt", t.threads[i]);
+        }
         std::fprintf(stderr, ", shape change +%.3fms\n", t.rebuild_us / 1000);
     }
     if (t.valid()) {
