@@ -14,7 +14,8 @@ struct budget_query {
     std::int32_t       n_past = 0;      // committed tokens of this request (attention cost grows with it)
     std::int32_t       n_max = 0;       // hard cap from the caller (context room, --draft-max, sequence ids)
     // A query may be given more nodes than its tree has (up to n_max): the decoder pads the chain with filler
-    // tokens, which a policy asks for when the extra rows keep the batch shape or cost nothing.
+    // tokens, which a policy asks for when the extra rows keep the batch shape or cost nothing. Policies leave an
+    // empty tree at 0 (a plain step, computed exactly as plain decoding computes it).
 };
 
 class budget_policy {
@@ -43,7 +44,8 @@ class budget_policy {
     }
 };
 
-// Always verifies min(n, n_max) nodes, padding short drafts: the fixed budgets REST and most peers use.
+// Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
+// peers use.
 class fixed_budget final : public budget_policy {
   public:
     explicit fixed_budget(std::int32_t n) : n_(n) {}

@@ -46,8 +46,9 @@ struct calibrate_params {
     std::vector<std::int32_t> rows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
     std::int32_t              n_reps = 7;         // rounds over the sizes; each times n_block passes of one size
     std::int32_t              n_block = 3;        // the first pass of a block pays the graph rebuild, the rest not
-    // Also time every size on one thread when the context has more; dropped for larger sizes once it is this much
-    // slower than the context's own count (so a big model pays one extra block).
+    // Also time every size of 2+ rows on one thread when the context has more; dropped for larger sizes once it is
+    // this much slower than the context's own count (so a big model pays one extra block). One row keeps the
+    // context's count, as plain decoding (flash attention splits one row's KV range across threads).
     bool                      try_one_thread = true;
     double                    drop_slower = 1.5;
     std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us

@@ -80,8 +80,12 @@ adaptive_budget::batch adaptive_budget::prepare(std::span<const budget_query> qs
     b.pad.assign(qs.size(), 0);
     b.prob.resize(qs.size());
     for (size_t i = 0; i < qs.size(); ++i) {
-        b.pad[i] = std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
-        b.lim[i] = qs[i].tree ? std::min(qs[i].tree->size(), b.pad[i]) : 0;
+        // A request without draft nodes is not padded: its step stays a plain 1-row pass, which computes exactly
+        // what plain decoding does (a padded pass takes other kernels, e.g. flash attention's split-KV path is for
+        // single rows only), so outputs can differ from plain only where drafts were verified.
+        const size_t n_tree = qs[i].tree ? qs[i].tree->size() : 0;
+        b.pad[i] = n_tree == 0 ? 0 : std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
+        b.lim[i] = std::min(n_tree, b.pad[i]);
         if (b.lim[i] > 0) b.prob[i] = path_probabilities(*qs[i].tree);
         b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
         b.lim_max = std::max(b.lim_max, b.lim[i]);
@@ -280,7 +284,7 @@ std::int32_t budget_policy::choose_equal(std::span<const budget_query> qs) {
 
 void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     for (size_t i = 0; i < qs.size(); ++i) {
-        n_out[i] = std::min(n_, qs[i].n_max);
+        n_out[i] = qs[i].tree && !qs[i].tree->empty() ? std::min(n_, qs[i].n_max) : 0;  // no draft: a plain step
     }
 }
 

@@ -175,7 +175,9 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         tried.emplace_back(options.size(), false);
         bool ok = true;
         for (std::size_t o = 0; o < options.size() && ok; ++o) {
-            if (alive[o]) {
+            // One row always runs on the context's threads, as plain decoding does: flash attention splits a single
+            // row's KV range across threads, so another count would change its rounding.
+            if (alive[o] && (o == 0 || rows > 1)) {
                 ok           = measure_block(sizes.size() - 1, o);
                 tried.back()[o] = ok;
             }
