@@ -123,18 +123,23 @@ out = subprocess.run([tools + "/llama-bench", "-m", model, "-p", "0", "-n", "128
 tg = json.loads(out)[0]
 print("| llama.cpp tool (pinned 80fb11a) | figure |\n|---|---:|")
 print(f"| llama-bench tg128, stories260K, {threads} thread(s), 10 reps | {tg['avg_ts']:.0f} +- {tg['stddev_ts']:.0f} tokens/s |")
-Ms, speeds = [], []
+Ms, speeds, failed = [], [], []
 for line in list(open(prompts))[: int(n)]:
     p = json.loads(line)["prompt"]
     e = subprocess.run([tools + "/llama-lookup", "-m", model, "-p", p, "-n", "128", "--spec-draft-n-max", "16",
                         "-lcs", cache, "--temp", "0", "-t", threads, "-c", "512"], capture_output=True, text=True).stderr
-    npred = int(re.search(r"n_predict\s*=\s*(\d+)", e).group(1))
-    nacc = int(re.search(r"n_accept\s*=\s*(\d+)", e).group(1))
+    mp, ma = re.search(r"n_predict\s*=\s*(\d+)", e), re.search(r"n_accept\s*=\s*(\d+)", e)
+    if not (mp and ma):  # llama-lookup failed on this prompt (its stderr is in the log): count it, go on
+        failed.append(e.strip().splitlines()[-1:] or ["(no output)"])
+        continue
+    npred, nacc = int(mp.group(1)), int(ma.group(1))
     Ms.append(npred / (npred - nacc))
     sp = re.search(r"decoded\s+\d+\s+tokens in\s+[\d.]+\s*seconds, speed:\s*([\d.]+)", e)
     if sp: speeds.append(float(sp.group(1)))
 print(f"| llama-lookup, static cache from tinystories-A + context cache, --spec-draft-n-max 16, first {n} prompts of B: "
-      f"M = n_predict / (n_predict - n_accept), mean per prompt | {statistics.mean(Ms):.2f} |")
+      f"M = n_predict / (n_predict - n_accept), mean per prompt | {statistics.mean(Ms) if Ms else float('nan'):.2f} |")
+if failed:
+    print(f"| llama-lookup runs that failed (skipped) | {len(failed)}: {failed[0][0][:80]} |")
 if speeds:
     print(f"| llama-lookup decode speed, median per prompt | {statistics.median(speeds):.0f} tokens/s |")
 try:

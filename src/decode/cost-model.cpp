@@ -208,7 +208,8 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         table.rows.push_back(sizes[i]);
         table.t_us.push_back(fastest(ts[i][best].steady));
         table.threads.push_back(options[best]);
-        rebuilds.push_back(fastest(ts[i][best].changed) - fastest(ts[i][best].steady));
+        // Only the context's own blocks follow another size (the one-thread block follows the same size).
+        rebuilds.push_back(fastest(ts[i][0].changed) - fastest(ts[i][0].steady));
     }
     // One figure for all sizes: building a graph costs about the same whatever the batch size.
     table.rebuild_us = std::max(0.0, median(rebuilds));
