@@ -231,6 +231,7 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
     jt["t_us"]    = costs.t_us;
     jt["attn_us"] = costs.attn_us;
     jt["rebuild_us"] = costs.rebuild_us;
+    jt["threads"]    = costs.threads;
     j["cost_table"] = jt;
     return j;
 }
