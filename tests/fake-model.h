@@ -47,6 +47,7 @@ class fake_target final : public rest::target_model {
     std::int32_t n_slots() const override { return (std::int32_t) slots_.size(); }
     std::int32_t n_ctx_slot() const override { return n_ctx_slot_; }
     std::int32_t n_leaves_max() const override { return leaves_max_; }
+    std::int32_t n_rows_max() const override { return max_rows_; }
     bool trees() const override { return !chains_only_; }
     std::int32_t n_past(std::int32_t slot) const override { return (std::int32_t) slots_[slot].size(); }
 

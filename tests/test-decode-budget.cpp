@@ -232,9 +232,10 @@ TEST(adaptive_budget, equal_chain_length_maximises_the_batch_rate) {
             adaptive_budget b(*c, no_explore);
             // One promising request, one poor one, one with a short chain, one without drafts.
             std::vector<draft_tree> trees = {chain(12, p_good), chain(12, 0.2f), chain(3, p_good), draft_tree{}};
-            // Caps: room for padding up to 12 nodes, except the request without drafts (no drafter: no padding).
+            // Caps: room for 12 nodes each. The request without a draft is padded too (the decoder pads every
+            // chain of the batch to k, or llama.cpp would split it into one pass per row count), and priced so.
             std::vector<budget_query> qs;
-            for (auto & t : trees) qs.push_back({&t, 10, t.empty() ? 0 : 12});
+            for (auto & t : trees) qs.push_back({&t, 10, 12});
             const std::int32_t k = b.choose_equal(qs);
             double best = 0, e = 4;
             int    best_k = 0;
@@ -306,6 +307,8 @@ TEST(adaptive_budget, keeps_the_last_shape_when_a_rebuild_costs_more_than_rows) 
     EXPECT_EQ(n, 3);
     EXPECT_NEAR(after4.step_us(4, 10), 130, 1e-9);
     EXPECT_NEAR(after4.step_us(2, 10), 110 + 80, 1e-9);
+    after4.observe_other_pass();  // a prompt was processed in between: every shape is a change now
+    EXPECT_NEAR(after4.step_us(4, 10), 130 + 80, 1e-9);
 }
 
 TEST(decoder, pads_a_short_chain_to_the_fixed_budget_and_stays_lossless) {
@@ -405,6 +408,40 @@ TEST(calibrate_cost, picks_the_faster_thread_count_per_size) {
     m.decode({});
     ASSERT_EQ(m.seen.size(), 1u);
     EXPECT_EQ(m.seen[0].second, 2) << "the calibration leaves the context's own thread count set";
+}
+
+TEST(decoder, padding_stays_within_one_pass) {
+    // Padding to a fixed 8 would need 9 rows; the model takes 5 per pass: no padding (real nodes only), lossless.
+    rest_test::fake_target plain_m(40, 400, 1, 11), spec_m(40, 400, 1, 11);
+    spec_m.chains_only_ = true;
+    spec_m.max_rows_    = 5;
+    const std::vector<token_id> prompt = {3, 1, 4};
+    greedy_sampler              s1, s2;
+    request                     plain_r, spec_r;
+    plain_r.params.n_predict = spec_r.params.n_predict = 60;
+    plain_r.sampler = &s1;
+    decoder(plain_m, nullptr).run(plain_r, prompt);
+    rest_test::oracle_drafter d(spec_m, 5, 0.7, 0, 1);
+    fixed_budget              eight(8);
+    spec_r.params.n_draft_max = 8;
+    spec_r.sampler            = &s2;
+    spec_r.draft              = &d;
+    decoder(spec_m, &eight).run(spec_r, prompt);
+    EXPECT_EQ(spec_r.output, plain_r.output);
+    for (int rows : spec_m.rows_hist) EXPECT_EQ(rows, 2);
+}
+
+TEST(decoder, without_a_policy_runs_on_the_contexts_threads) {
+    rest_test::fake_target f(40, 400, 1, 5);
+    threaded_target        m(f);
+    m.set_decode_threads(1);  // as a policy's last pass may have left it
+    greedy_sampler s;
+    request        r;
+    r.params.n_predict = 10;
+    r.sampler          = &s;
+    decoder(m, nullptr).run(r, std::vector<token_id>{1, 2, 3});
+    ASSERT_FALSE(m.seen.empty());
+    for (const auto & [rows, threads] : m.seen) EXPECT_EQ(threads, 2);
 }
 
 TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {

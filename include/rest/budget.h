@@ -30,6 +30,8 @@ class budget_policy {
     // separate sequences, which llama.cpp splits into one forward pass per distinct per-sequence token count (its
     // split_equal), so the decoder pads shorter chains up to k. Returns k. The default: the largest of choose()'s.
     virtual std::int32_t choose_equal(std::span<const budget_query> queries);
+    // A forward pass the policy did not choose (prompt processing): the next step's shape counts as a change.
+    virtual void observe_other_pass() {}
     // CPU threads for a forward pass of n_rows rows (0: the context's own).
     virtual std::int32_t threads_for(std::int32_t n_rows) const { (void) n_rows; return 0; }
     // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;

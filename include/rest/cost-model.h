@@ -94,6 +94,7 @@ class adaptive_budget final : public budget_policy {
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
     std::int32_t threads_for(std::int32_t n_rows) const override { return table_.threads_for(n_rows); }
+    void observe_other_pass() override { last_rows_ = 0; }
     void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
 
     // The probability the policy currently assigns to a node being accepted once its parent is, for this
@@ -120,7 +121,8 @@ class adaptive_budget final : public budget_policy {
     // What choose() and choose_equal() read from a batch of queries.
     struct batch {
         std::vector<std::size_t>         lim;      // per query: most drafted nodes it may verify
-        std::vector<std::size_t>         pad;      // per query: most nodes, padding included (>= lim)
+        std::vector<std::size_t>         pad;      // per query: most nodes, padding included (>= lim; 0: no draft)
+        std::vector<std::size_t>         cap;      // per query: what equal rows pad it to at most (drafts or not)
         std::vector<std::vector<double>> prob;     // per query: path probabilities of its nodes (empty if lim 0)
         std::size_t                      lim_max = 0;
         std::size_t                      pad_max = 0;

@@ -48,6 +48,8 @@ class target_model {
     // the context's own. A cost model sets it per batch size, since on small models fewer threads can be faster
     // (every graph node ends in a barrier). Models without threads ignore it.
     virtual std::int32_t n_threads() const { return 0; }
+    // Most rows one decode() takes (llama.cpp's n_batch); more returns no_memory.
+    virtual std::int32_t n_rows_max() const { return 1 << 30; }
     virtual void set_decode_threads(std::int32_t n) { (void) n; }
 
     // Appends tokens to a slot's committed memory without computing logits (prompt processing). Throws on failure.

@@ -78,13 +78,15 @@ adaptive_budget::batch adaptive_budget::prepare(std::span<const budget_query> qs
     double n_past_sum = 0;
     b.lim.assign(qs.size(), 0);
     b.pad.assign(qs.size(), 0);
+    b.cap.assign(qs.size(), 0);
     b.prob.resize(qs.size());
     for (size_t i = 0; i < qs.size(); ++i) {
         // A request without draft nodes is not padded: its step stays a plain 1-row pass, which computes exactly
         // what plain decoding does (a padded pass takes other kernels, e.g. flash attention's split-KV path is for
         // single rows only), so outputs can differ from plain only where drafts were verified.
         const size_t n_tree = qs[i].tree ? qs[i].tree->size() : 0;
-        b.pad[i] = n_tree == 0 ? 0 : std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
+        b.cap[i] = std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
+        b.pad[i] = n_tree == 0 ? 0 : b.cap[i];
         b.lim[i] = std::min(n_tree, b.pad[i]);
         if (b.lim[i] > 0) b.prob[i] = path_probabilities(*qs[i].tree);
         b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
@@ -100,6 +102,9 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     settle_last_step();
     const size_t nq = qs.size();
     std::fill(n_out.begin(), n_out.end(), 0);
+    // Steps that drafted nothing (drafting skipped while backing off, or no match) stay plain and say nothing about
+    // whether drafts pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never
+    // probe again. (pad_max > 0 exactly when some request has a draft.)
     const batch b = prepare(qs);
     if (b.pad_max == 0) {
         return;
@@ -139,11 +144,6 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
             std::copy(next.begin(), next.end(), n_out.begin());
         }
     }
-    // Steps that drafted nothing (drafting skipped while backing off, or no match) say nothing about whether drafts
-    // pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never probe again.
-    if (b.lim_max == 0) {
-        return;
-    }
     const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
     if (ex < nq) {
         n_out[ex] = std::max(n_out[ex], k);
@@ -154,14 +154,15 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
     settle_last_step();
     const size_t nq = qs.size();
     const batch  b  = prepare(qs);
-    if (b.pad_max == 0) {
-        return 0;
+    if (b.lim_max == 0) {
+        return 0;  // nobody drafted: plain steps (as in choose(), the back-off state is left alone)
     }
     const std::vector<size_t> &              lim  = b.lim;
     const std::vector<std::vector<double>> & prob = b.prob;
     const std::int32_t                       p    = b.n_past;
-    // Every chain length k costs 1 + min(k, pad) rows per request, whichever requests have drafts that long (the
-    // decoder pads the others).
+    // Every chain length k costs 1 + min(k, cap) rows per request, whichever requests have drafts that long: the
+    // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
+    // pass per distinct row count.
     double       expected  = (double) nq;
     const double t_plain   = step_us((std::int32_t) nq, p);
     const double inflate   = draft_cost_factor(nq);
@@ -171,7 +172,7 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
         std::int32_t rows = 0;
         for (size_t i = 0; i < nq; ++i) {
             if (k <= lim[i]) expected += prob[i][k - 1];
-            rows += 1 + (std::int32_t) std::min(k, b.pad[i]);
+            rows += 1 + (std::int32_t) std::min(k, b.cap[i]);
         }
         const double rate = expected / (step_us(rows, p) * inflate);
         if (rate > best_rate) {
@@ -180,9 +181,6 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
             rows_best = rows;
             k_best    = (std::int32_t) k;
         }
-    }
-    if (b.lim_max == 0) {
-        return k_best;  // as in choose(): a step without drafts leaves the back-off state alone
     }
     const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
     return ex < nq ? std::max(k_best, k) : k_best;

@@ -130,8 +130,16 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     const std::int32_t n_short  = std::min<std::int32_t>(8, room / 8);
     cost_table         table;
 
+    // Whatever happens, the context is left on its own thread count.
+    struct threads_reset {
+        target_model & m;
+        ~threads_reset() { m.set_decode_threads(0); }
+    } reset_threads{m};
     fill_context(m, slot, n_short, n_vocab);
     time_rows(m, slot, 1, n_vocab);  // warm-up: first passes allocate
+    if (room >= 16) {
+        time_rows(m, slot, 2, n_vocab);  // so that the first 1-row block follows another size, as every block does
+    }
     // Round robin over the sizes, repeated: a slow spell of a shared machine then slows every size a little instead
     // of one size a lot (sizes measured one after another gave t(2) = 1.9 t(1) in one run, 1.45 in the next). Each
     // visit is a block of passes of one size: its first pass follows another size and rebuilds llama.cpp's graph
@@ -214,7 +222,6 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     // One figure for all sizes: building a graph costs about the same whatever the batch size.
     table.rebuild_us = std::max(0.0, median(rebuilds));
     if (table.rows.empty()) {
-        m.set_decode_threads(0);
         m.clear(slot);
         return table;
     }
@@ -240,7 +247,6 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
         // fill is capped at doubling a single row's cost, which covers every model shape we have measured.
         table.attn_us = std::clamp(median(slopes), 0.0, table.t_us[0] / double(std::max(1, n_long)));
     }
-    m.set_decode_threads(0);
     m.clear(slot);
     return table;
 }

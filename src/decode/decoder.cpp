@@ -86,6 +86,9 @@ void decoder::start(request & r, std::span<const token_id> prompt) {
     model_.clear(r.slot);
     const std::int64_t f0 = model_.n_forward();
     model_.prefill(r.slot, prompt.first(prompt.size() - 1));
+    if (policy_ && model_.n_forward() != f0) {
+        policy_->observe_other_pass();  // the next step follows another batch shape
+    }
     r.stats.n_forward += model_.n_forward() - f0;
     r.stats.n_prompt = (std::int64_t) prompt.size();
     r.root           = prompt.back();
@@ -196,8 +199,8 @@ void decoder::step(std::span<request * const> requests) {
     std::int32_t       rows       = 0;
     std::int64_t       past_sum   = 0;
     batch_.clear();
+    std::int32_t rows_real = 0, rows_padded = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
-        request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
         std::int32_t n    = std::clamp(n_keep_[i], 0, (std::int32_t) tree.size());
         while (n > 0 && (std::int32_t) tree.n_leaves(n) > leaf_share) {
@@ -205,14 +208,22 @@ void decoder::step(std::span<request * const> requests) {
         }
         tree.truncate(n);
         n_real_[i] = n;
+        rows_real += 1 + n;
+        rows_padded += 1 + std::max(n, std::min(n_keep_[i], cap_of(*live_[i])));
+    }
+    // Padding only while the batch fits one pass (llama.cpp's n_batch); it is what goes first.
+    const bool pad = rows_padded <= model_.n_rows_max();
+    for (size_t i = 0; i < live_.size(); ++i) {
+        request &    r    = *live_[i];
+        draft_tree & tree = trees_[i];
         // Padding up to the policy's choice (the same k for every chain of a batch, see above; a steady shape for
         // one request): any token is safe to verify, it is accepted only if it is what the target emits there. It
         // continues the last node, so it adds no leaf.
         const token_id fill = tree.empty() ? r.root : tree.tokens.back();
-        while ((std::int32_t) tree.size() < std::min(n_keep_[i], cap_of(r))) {
+        while (pad && (std::int32_t) tree.size() < std::min(n_keep_[i], cap_of(r))) {
             tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
-        n = (std::int32_t) tree.size();
+        const auto n = (std::int32_t) tree.size();
         rows += 1 + n;
         past_sum += model_.n_past(r.slot);
         tree_request tr;
@@ -226,7 +237,7 @@ void decoder::step(std::span<request * const> requests) {
 
     // 3. Verify: one forward pass (on the thread count the cost model found fastest for its size). If the memory
     //    cannot hold the trees, fall back to plain decoding this step.
-    if (policy_) model_.set_decode_threads(policy_->threads_for(rows));
+    model_.set_decode_threads(policy_ ? policy_->threads_for(rows) : 0);
     const double t_dec0 = now_us();
     if (model_.decode(batch_) != decode_status::ok) {
         for (size_t i = 0; i < live_.size(); ++i) {
@@ -236,7 +247,7 @@ void decoder::step(std::span<request * const> requests) {
             batch_[i].depths  = {};
         }
         rows = (std::int32_t) live_.size();
-        if (policy_) model_.set_decode_threads(policy_->threads_for(rows));
+        model_.set_decode_threads(policy_ ? policy_->threads_for(rows) : 0);
         if (model_.decode(batch_) != decode_status::ok) {
             for (request * r : live_) {
                 r->stopped = stop_reason::context;

@@ -37,6 +37,7 @@ class llama_target final : public target_model {
     bool trees() const override { return trees_; }
     std::int32_t n_past(std::int32_t slot) const override { return n_past_[slot]; }
     std::int32_t n_threads() const override { return n_threads_; }
+    std::int32_t n_rows_max() const override { return n_batch_; }
     void set_decode_threads(std::int32_t n) override { decode_threads_ = n > 0 ? n : n_threads_; }
 
     void prefill(std::int32_t slot, std::span<const token_id> tokens) override;
