@@ -461,6 +461,32 @@ TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
     decoder(m, &b).run(r, std::vector<token_id>{1, 2, 3});
     ASSERT_FALSE(m.seen.empty());
     for (const auto & [rows, threads] : m.seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
+
+    // Two requests in one pass: the table measured one request's chains, so the context's own count.
+    rest_test::fake_target f2(40, 400, 2, 5);
+    f2.chains_only_ = true;
+    threaded_target           m2(f2);
+    adaptive_budget           b2(c);
+    rest_test::oracle_drafter d1(f2, 9, 0.8, 0, 8), d2(f2, 10, 0.8, 0, 8);
+    greedy_sampler            s1, s2;
+    request                   r1, r2;
+    for (request * q : {&r1, &r2}) {
+        q->params.n_predict   = 30;
+        q->params.n_draft_max = 8;
+    }
+    r1.sampler = &s1;
+    r2.sampler = &s2;
+    r1.draft   = &d1;
+    r2.draft   = &d2;
+    r2.slot    = 1;
+    decoder                     dec(m2, &b2);
+    const std::vector<token_id> prompt = {1, 2, 3};
+    dec.start(r1, prompt);
+    dec.start(r2, prompt);
+    request * both[] = {&r1, &r2};
+    while (!r1.done() && !r2.done()) dec.step(both);
+    ASSERT_FALSE(m2.seen.empty());
+    for (const auto & [rows, threads] : m2.seen) EXPECT_EQ(threads, 2) << rows;
 }
 
 TEST(adaptive_budget, decoder_with_worthless_drafts_stays_near_plain) {

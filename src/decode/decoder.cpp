@@ -235,9 +235,11 @@ void decoder::step(std::span<request * const> requests) {
         batch_.push_back(tr);
     }
 
-    // 3. Verify: one forward pass (on the thread count the cost model found fastest for its size). If the memory
-    //    cannot hold the trees, fall back to plain decoding this step.
-    model_.set_decode_threads(policy_ ? policy_->threads_for(rows) : 0);
+    // 3. Verify: one forward pass (on the thread count the cost model found fastest for its size; it measured one
+    //    request's chains, so batches of several requests, whose passes split work per sequence, keep the context's
+    //    own count). If the memory cannot hold the trees, fall back to plain decoding this step.
+    auto threads_for = [&](std::int32_t n_rows) { return policy_ && live_.size() == 1 ? policy_->threads_for(n_rows) : 0; };
+    model_.set_decode_threads(threads_for(rows));
     const double t_dec0 = now_us();
     if (model_.decode(batch_) != decode_status::ok) {
         for (size_t i = 0; i < live_.size(); ++i) {
@@ -247,7 +249,7 @@ void decoder::step(std::span<request * const> requests) {
             batch_[i].depths  = {};
         }
         rows = (std::int32_t) live_.size();
-        model_.set_decode_threads(policy_ ? policy_->threads_for(rows) : 0);
+        model_.set_decode_threads(threads_for(rows));
         if (model_.decode(batch_) != decode_status::ok) {
             for (request * r : live_) {
                 r->stopped = stop_reason::context;
