@@ -1,6 +1,7 @@
 #include "cost-cache.h"
 
 #include <chrono>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -45,7 +46,22 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
         }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    rest::cost_table t = rest::calibrate_cost(ctx, 0);
+    // Measured on a thread of its own that ends here. With OpenMP builds of ggml each thread that runs a forward pass
+    // keeps its own pool of workers; a server decodes on its engine thread, and the main thread's pool left behind
+    // by calibrating made libgomp count more threads than CPUs, so it throttled its spin-waits and every barrier
+    // slept: the first requests of a freshly calibrated 8-slot server ran 5x slower than with a cached table.
+    rest::cost_table t;
+    std::exception_ptr error;
+    std::thread([&] {
+        try {
+            t = rest::calibrate_cost(ctx, 0);
+        } catch (...) {
+            error = std::current_exception();
+        }
+    }).join();
+    if (error) {
+        std::rethrow_exception(error);
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (verbose || secs > 2) {
         std::fprintf(stderr, "rest: measured verify cost in %.1f s (cached in %s):", secs, path.c_str());
