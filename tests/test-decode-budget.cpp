@@ -311,24 +311,34 @@ TEST(adaptive_budget, keeps_the_last_shape_when_a_rebuild_costs_more_than_rows) 
     EXPECT_NEAR(after4.step_us(4, 10), 130 + 80, 1e-9);
 }
 
-TEST(decoder, pads_a_short_chain_to_the_fixed_budget_and_stays_lossless) {
-    // A drafter of one-node chains under a fixed budget of 4: every verify pass has 1 + 4 rows, and the output
-    // is plain decoding's.
-    rest_test::fake_target plain_m(40, 400, 1, 11), spec_m(40, 400, 1, 11);
-    spec_m.chains_only_ = true;
+// Plain greedy decoding and a one-node-chain drafter under a fixed budget of n on spec_m (a chains-only copy of
+// the model): returns the speculative request after checking that its output is plain's.
+request run_fixed_against_plain(rest_test::fake_target & spec_m, std::int32_t n, std::int32_t n_predict) {
+    rest_test::fake_target      plain_m(40, 400, 1, 11);
     const std::vector<token_id> prompt = {3, 1, 4};
     greedy_sampler              s1, s2;
     request                     plain_r, spec_r;
-    plain_r.params.n_predict = spec_r.params.n_predict = 120;
+    plain_r.params.n_predict = spec_r.params.n_predict = n_predict;
     plain_r.sampler = &s1;
     decoder(plain_m, nullptr).run(plain_r, prompt);
     rest_test::oracle_drafter d(spec_m, 5, 0.7, 0, 1);
-    fixed_budget              four(4);
-    spec_r.params.n_draft_max = 4;
+    fixed_budget              fixed(n);
+    spec_r.params.n_draft_max = n;
     spec_r.sampler            = &s2;
     spec_r.draft              = &d;
-    decoder(spec_m, &four).run(spec_r, prompt);
+    decoder(spec_m, &fixed).run(spec_r, prompt);
     EXPECT_EQ(spec_r.output, plain_r.output);
+    spec_r.sampler = nullptr;
+    spec_r.draft   = nullptr;
+    return spec_r;
+}
+
+TEST(decoder, pads_a_short_chain_to_the_fixed_budget_and_stays_lossless) {
+    // A drafter of one-node chains under a fixed budget of 4: every verify pass has 1 + 4 rows, and the output
+    // is plain decoding's.
+    rest_test::fake_target spec_m(40, 400, 1, 11);
+    spec_m.chains_only_ = true;
+    const request spec_r = run_fixed_against_plain(spec_m, 4, 120);
     ASSERT_FALSE(spec_m.rows_hist.empty());
     for (int rows : spec_m.rows_hist) EXPECT_EQ(rows, 5);
     EXPECT_LE(spec_r.stats.n_drafted, spec_r.stats.n_steps) << "padding is not counted as drafted";
@@ -412,22 +422,11 @@ TEST(calibrate_cost, picks_the_faster_thread_count_per_size) {
 
 TEST(decoder, padding_stays_within_one_pass) {
     // Padding to a fixed 8 would need 9 rows; the model takes 5 per pass: no padding (real nodes only), lossless.
-    rest_test::fake_target plain_m(40, 400, 1, 11), spec_m(40, 400, 1, 11);
+    rest_test::fake_target spec_m(40, 400, 1, 11);
     spec_m.chains_only_ = true;
     spec_m.max_rows_    = 5;
-    const std::vector<token_id> prompt = {3, 1, 4};
-    greedy_sampler              s1, s2;
-    request                     plain_r, spec_r;
-    plain_r.params.n_predict = spec_r.params.n_predict = 60;
-    plain_r.sampler = &s1;
-    decoder(plain_m, nullptr).run(plain_r, prompt);
-    rest_test::oracle_drafter d(spec_m, 5, 0.7, 0, 1);
-    fixed_budget              eight(8);
-    spec_r.params.n_draft_max = 8;
-    spec_r.sampler            = &s2;
-    spec_r.draft              = &d;
-    decoder(spec_m, &eight).run(spec_r, prompt);
-    EXPECT_EQ(spec_r.output, plain_r.output);
+    run_fixed_against_plain(spec_m, 8, 60);
+    ASSERT_FALSE(spec_m.rows_hist.empty());
     for (int rows : spec_m.rows_hist) EXPECT_EQ(rows, 2);
 }
 
