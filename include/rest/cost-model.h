@@ -34,6 +34,8 @@ struct cost_table {
         return !rows.empty() && rows.size() == t_us.size() && (threads.empty() || threads.size() == rows.size()) &&
                rows.front() == 1;
     }
+    // Index of the measured size nearest to n_rows (ties: the larger); 0 for an empty table.
+    std::size_t  nearest(std::int32_t n_rows) const;
     // The thread count measured fastest at the nearest size (0: the context's own).
     std::int32_t threads_for(std::int32_t n_rows) const;
     // One-line text form for the on-disk cache: "rest-cost 3 <attn_us> <rebuild_us> <n> rows... t_us... threads...".
@@ -116,7 +118,6 @@ class adaptive_budget final : public budget_policy {
         double n = 0;         // verified nodes
         double accepted = 0;  // of which accepted
     };
-    std::size_t correction_index(std::int32_t n_rows) const;
     void        settle_last_step();
     // What choose() and choose_equal() read from a batch of queries.
     struct batch {

@@ -9,18 +9,10 @@ adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params
     table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 0.0) {
 }
 
-std::size_t adaptive_budget::correction_index(std::int32_t n_rows) const {
-    if (table_.rows.empty()) return 0;
-    const auto it = std::lower_bound(table_.rows.begin(), table_.rows.end(), n_rows);
-    if (it == table_.rows.end()) return table_.rows.size() - 1;
-    if (it != table_.rows.begin() && (*it - n_rows) > (n_rows - *(it - 1))) return (it - table_.rows.begin()) - 1;
-    return it - table_.rows.begin();
-}
-
 double adaptive_budget::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
     // A size never observed since start-up takes the correction all sizes share (e.g. a machine busier now than
     // at calibration), so one stale entry cannot keep drafting switched off.
-    const double c = correction_[correction_index(n_rows)];
+    const double c = correction_[table_.nearest(n_rows)];
     return table_.predict_us(n_rows, n_past) * (c > 0 ? c : correction_all_);
 }
 
@@ -241,7 +233,7 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
     const double base = table_.predict_us(n_rows, n_past) + (n_rows != last_rows_ ? table_.rebuild_us : 0.0);
     last_rows_        = n_rows;
     if (base > 0 && t_us > 0) {
-        double & c = correction_[correction_index(n_rows)];
+        double & c = correction_[table_.nearest(n_rows)];
         if (c <= 0) c = correction_all_;
         // Clamp single observations so one preempted step cannot swing the model.
         const double ratio = std::clamp(t_us / base, 0.25 * c, 4.0 * c);

@@ -82,13 +82,16 @@ double cost_table::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
     return base + attn_us * (double) n_rows * (double) std::max(n_past, 0);
 }
 
+std::size_t cost_table::nearest(std::int32_t n_rows) const {
+    if (rows.empty()) return 0;
+    const auto it = std::lower_bound(rows.begin(), rows.end(), n_rows);
+    if (it == rows.end()) return rows.size() - 1;
+    if (it != rows.begin() && (*it - n_rows) > (n_rows - *(it - 1))) return (it - rows.begin()) - 1;
+    return it - rows.begin();
+}
+
 std::int32_t cost_table::threads_for(std::int32_t n_rows) const {
-    if (!valid() || threads.empty()) return 0;
-    const auto   it = std::lower_bound(rows.begin(), rows.end(), n_rows);
-    const size_t k  = it == rows.end() ? rows.size() - 1
-                      : (it != rows.begin() && *it - n_rows > n_rows - *(it - 1)) ? (size_t) (it - rows.begin()) - 1
-                                                                                  : (size_t) (it - rows.begin());
-    return threads[k];
+    return valid() && !threads.empty() ? threads[nearest(n_rows)] : 0;
 }
 
 std::string cost_table::serialize() const {
