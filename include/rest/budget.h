@@ -32,8 +32,12 @@ class budget_policy {
     virtual std::int32_t choose_equal(std::span<const budget_query> queries);
     // A forward pass the policy did not choose (prompt processing): the next step's shape counts as a change.
     virtual void observe_other_pass() {}
-    // CPU threads for a forward pass of n_rows rows (0: the context's own).
-    virtual std::int32_t threads_for(std::int32_t n_rows) const { (void) n_rows; return 0; }
+    // CPU threads for a forward pass of n_rows rows over n_requests requests (0: the context's own).
+    virtual std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const {
+        (void) n_rows;
+        (void) n_requests;
+        return 0;
+    }
     // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;
     // t_draft_us is what drafting cost this step, over all requests.
     virtual void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {

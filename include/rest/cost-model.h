@@ -95,7 +95,11 @@ class adaptive_budget final : public budget_policy {
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
-    std::int32_t threads_for(std::int32_t n_rows) const override { return table_.threads_for(n_rows); }
+    // The table's thread count for one request's passes. It was measured on one request's chains; a batch of
+    // several requests splits its work per sequence, so it keeps the context's own count.
+    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
+        return n_requests == 1 ? table_.threads_for(n_rows) : 0;
+    }
     void observe_other_pass() override { last_rows_ = 0; }
     void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
 

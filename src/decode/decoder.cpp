@@ -235,10 +235,9 @@ void decoder::step(std::span<request * const> requests) {
         batch_.push_back(tr);
     }
 
-    // 3. Verify: one forward pass (on the thread count the cost model found fastest for its size; it measured one
-    //    request's chains, so batches of several requests, whose passes split work per sequence, keep the context's
-    //    own count). If the memory cannot hold the trees, fall back to plain decoding this step.
-    auto threads_for = [&](std::int32_t n_rows) { return policy_ && live_.size() == 1 ? policy_->threads_for(n_rows) : 0; };
+    // 3. Verify: one forward pass, on the thread count the policy found fastest for it. If the memory cannot hold
+    //    the trees, fall back to plain decoding this step.
+    auto threads_for = [&](std::int32_t n_rows) { return policy_ ? policy_->threads_for(n_rows, live_.size()) : 0; };
     model_.set_decode_threads(threads_for(rows));
     const double t_dec0 = now_us();
     if (model_.decode(batch_) != decode_status::ok) {
