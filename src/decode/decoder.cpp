@@ -199,7 +199,7 @@ void decoder::step(std::span<request * const> requests) {
     std::int32_t       rows       = 0;
     std::int64_t       past_sum   = 0;
     batch_.clear();
-    std::int32_t rows_real = 0, rows_padded = 0;
+    std::int32_t rows_padded = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
         draft_tree & tree = trees_[i];
         std::int32_t n    = std::clamp(n_keep_[i], 0, (std::int32_t) tree.size());
@@ -208,8 +208,8 @@ void decoder::step(std::span<request * const> requests) {
         }
         tree.truncate(n);
         n_real_[i] = n;
-        rows_real += 1 + n;
-        rows_padded += 1 + std::max(n, std::min(n_keep_[i], cap_of(*live_[i])));
+        n_keep_[i] = std::max(n, std::min(n_keep_[i], cap_of(*live_[i])));  // from here: nodes with padding
+        rows_padded += 1 + n_keep_[i];
     }
     // Padding only while the batch fits one pass (llama.cpp's n_batch); it is what goes first.
     const bool pad = rows_padded <= model_.n_rows_max();
@@ -220,7 +220,7 @@ void decoder::step(std::span<request * const> requests) {
         // one request): any token is safe to verify, it is accepted only if it is what the target emits there. It
         // continues the last node, so it adds no leaf.
         const token_id fill = tree.empty() ? r.root : tree.tokens.back();
-        while (pad && (std::int32_t) tree.size() < std::min(n_keep_[i], cap_of(r))) {
+        while (pad && (std::int32_t) tree.size() < n_keep_[i]) {
             tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
         const auto n = (std::int32_t) tree.size();
