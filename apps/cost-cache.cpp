@@ -1,9 +1,9 @@
 #include "cost-cache.h"
 
 #include <chrono>
-#include <exception>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>

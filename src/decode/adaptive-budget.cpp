@@ -96,9 +96,9 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     std::fill(n_out.begin(), n_out.end(), 0);
     // Steps that drafted nothing (drafting skipped while backing off, or no match) stay plain and say nothing about
     // whether drafts pay: leave the back-off state alone, or it would re-arm itself on every skipped step and never
-    // probe again. (pad_max > 0 exactly when some request has a draft.)
+    // probe again.
     const batch b = prepare(qs);
-    if (b.pad_max == 0) {
+    if (b.lim_max == 0) {
         return;
     }
     const std::vector<size_t> &              lim  = b.lim;
