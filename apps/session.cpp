@@ -15,7 +15,8 @@ session::session(const session_params & params) : params_(params) {
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
     open_context(params);
     if (!params.speculate || params.n_draft_fixed >= 0) {
-        policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0);
+        policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0,
+                                                       std::make_shared<const rest::cost_table>(costs_));
     } else {
         rest::adaptive_budget_params bp;
         bp.n_max = params.n_draft_max >= 0 ? params.n_draft_max : params.draft.n_budget_max;
@@ -43,9 +44,8 @@ void session::open_context(const session_params & params) {
     // attention sums. On GPUs t(N) is flat up to ~64 rows, and wide trees pay.
     ctx_    = model_->new_context(cp);
     layout_ = cp.trees ? "tree" : "chain";
-    if (params.n_draft_fixed < 0) {
-        costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
-    }
+    // Fixed budgets too: they take its per-size thread counts.
+    costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
 }
 
 std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) const {

@@ -53,7 +53,7 @@ class session {
     const rest::model & model() const { return *model_; }
     const rest::datastore * datastore() const { return datastore_.get(); }
     rest::history_store & history() { return *history_; }
-    // The measured verify-cost table (empty with a fixed budget).
+    // The measured verify-cost table (empty without speculation).
     const rest::cost_table & costs() const { return costs_; }
     rest::target_model & context() { return *ctx_; }
     rest::budget_policy & policy() { return *policy_; }

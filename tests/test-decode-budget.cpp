@@ -116,6 +116,35 @@ TEST(adaptive_budget, the_choice_maximises_expected_rate) {
     }
 }
 
+TEST(adaptive_budget, per_step_costs_are_paid_once_per_step) {
+    // Drafting (40 us) and the walk (30 us) cost the same for any size of step, and plain steps pay the walk too:
+    // the choice must maximise e / (t(1 + k) + 70) against 1 / (t(1) + 30), which favours longer drafts than t alone.
+    int longer = 0;
+    for (float p : {0.3f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.97f}) {
+        adaptive_budget_params no_explore;
+        no_explore.explore_obs = 0;
+        adaptive_budget b(k_cpu, no_explore), bare(k_cpu, no_explore);
+        b.observe_step(1, 10, k_cpu.predict_us(1, 10), 40.0);  // as predicted: no time correction
+        b.observe_walk(30.0);
+        const draft_tree t = chain(40, p);
+        const int        n = choose_one(b, t);
+        double           best = 1 / (k_cpu.predict_us(1, 10) + 30), e = 1;
+        int              best_n = 0;
+        for (int k = 1; k <= 40; ++k) {
+            e += t.scores[k - 1];
+            const double rate = e / (k_cpu.predict_us(1 + k, 10) + 70);
+            if (rate > best + 1e-12) { best = rate; best_n = k; }
+        }
+        EXPECT_EQ(n, best_n) << "p " << p;
+        // Without the per-step costs: shorter drafts once drafting pays (below that, drafting's cost can make
+        // plain decoding the better choice).
+        const int n_bare = choose_one(bare, t);
+        if (n > 0) EXPECT_GE(n, n_bare) << "p " << p;
+        longer += n > n_bare;
+    }
+    EXPECT_GT(longer, 0);
+}
+
 TEST(adaptive_budget, backs_off_costly_drafting_when_it_does_not_pay) {
     adaptive_budget b(k_cpu);
     int drafted_steps = 0;
@@ -460,6 +489,27 @@ TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
     decoder(m, &b).run(r, std::vector<token_id>{1, 2, 3});
     ASSERT_FALSE(m.seen.empty());
     for (const auto & [rows, threads] : m.seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
+
+    // A fixed budget given the table takes the same counts (comparisons between budgets compare the budgets).
+    rest_test::fake_target f_fixed(40, 400, 1, 5);
+    f_fixed.chains_only_ = true;
+    threaded_target           m_fixed(f_fixed);
+    fixed_budget              fixed(3, std::make_shared<const cost_table>(c));
+    rest_test::oracle_drafter d_fixed(f_fixed, 9, 0.8, 0, 8);
+    greedy_sampler            s_fixed;
+    request                   r_fixed;
+    r_fixed.params.n_predict   = 40;
+    r_fixed.params.n_draft_max = 3;
+    r_fixed.sampler            = &s_fixed;
+    r_fixed.draft              = &d_fixed;
+    decoder(m_fixed, &fixed).run(r_fixed, std::vector<token_id>{1, 2, 3});
+    ASSERT_FALSE(m_fixed.seen.empty());
+    int one_thread = 0;
+    for (const auto & [rows, threads] : m_fixed.seen) {
+        EXPECT_EQ(threads, c.threads_for(rows)) << rows;
+        one_thread += threads == 1;
+    }
+    EXPECT_GT(one_thread, 0);
 
     // Two requests in one pass: the table measured one request's chains, so the context's own count.
     rest_test::fake_target f2(40, 400, 2, 5);

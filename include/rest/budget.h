@@ -5,9 +5,12 @@
 #include "rest/draft-tree.h"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace rest {
+
+struct cost_table;
 
 struct budget_query {
     const draft_tree * tree = nullptr;  // best-first candidates; the policy picks a prefix length
@@ -43,6 +46,9 @@ class budget_policy {
     virtual void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
         (void) n_rows; (void) n_past; (void) t_us; (void) t_draft_us;
     }
+    // Feedback after a step's walk: the time from the end of its forward pass to the end of the step (sampling the
+    // visited nodes, cache compaction, feeding the drafters), which every step pays whatever its size.
+    virtual void observe_walk(double t_us) { (void) t_us; }
     // Feedback per request: the first n_verified nodes of tree were verified and `path` (root's child first) was
     // accepted.
     virtual void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) {
@@ -51,14 +57,17 @@ class budget_policy {
 };
 
 // Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
-// peers use.
+// peers use. Given a measured cost table, a pass runs on the thread count measured fastest for its size, as the
+// adaptive policy's do, so that comparisons between budgets compare the budgets.
 class fixed_budget final : public budget_policy {
   public:
-    explicit fixed_budget(std::int32_t n) : n_(n) {}
+    explicit fixed_budget(std::int32_t n, std::shared_ptr<const cost_table> costs = nullptr);
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override;
 
   private:
-    std::int32_t n_;
+    std::int32_t                      n_;
+    std::shared_ptr<const cost_table> costs_;
 };
 
 }  // namespace rest

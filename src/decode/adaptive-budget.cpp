@@ -20,6 +20,12 @@ double adaptive_budget::step_us(std::int32_t n_rows, std::int32_t n_past) const 
     return predict_us(n_rows, n_past) + (n_rows != last_rows_ ? table_.rebuild_us * correction_all_ : 0.0);
 }
 
+double adaptive_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate) const {
+    // Drafting and the walk are paid once per step whatever its size: leaving them out would favour the cheapest
+    // passes over longer drafts that amortise them over more tokens.
+    return step_us(n_rows, n_past) * inflate + t_draft_us_ + t_walk_us_;
+}
+
 double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
     const double s = std::clamp((double) score, 0.0, 1.0);
     const bin &  b = calib_[sources & 7][std::min(k_bins - 1, (int) (s * k_bins))];
@@ -112,7 +118,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     double       expected  = (double) nq;
     const double t_plain   = step_us(rows, p);
     const double inflate   = draft_cost_factor(nq);
-    double       best_rate = expected / t_plain;
+    double       best_rate = expected / (t_plain + t_walk_us_);
     double       exp_best  = expected;  // expected tokens and rows of the best configuration so far
     std::int32_t rows_best = rows;
     while (true) {
@@ -128,7 +134,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         ++next[pick];
         ++rows;
         expected += pv;
-        const double rate = expected / (step_us(rows, p) * inflate);
+        const double rate = expected / drafting_step_us(rows, p, inflate);
         if (rate > best_rate) {
             best_rate = rate;
             exp_best  = expected;
@@ -158,7 +164,7 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
     double       expected  = (double) nq;
     const double t_plain   = step_us((std::int32_t) nq, p);
     const double inflate   = draft_cost_factor(nq);
-    double       best_rate = expected / t_plain, exp_best = expected;
+    double       best_rate = expected / (t_plain + t_walk_us_), exp_best = expected;
     std::int32_t rows_best = (std::int32_t) nq, k_best = 0;
     for (size_t k = 1; k <= b.pad_max; ++k) {
         std::int32_t rows = 0;
@@ -166,7 +172,7 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
             if (k <= lim[i]) expected += prob[i][k - 1];
             rows += 1 + (std::int32_t) std::min(k, b.cap[i]);
         }
-        const double rate = expected / (step_us(rows, p) * inflate);
+        const double rate = expected / drafting_step_us(rows, p, inflate);
         if (rate > best_rate) {
             best_rate = rate;
             exp_best  = expected;
@@ -186,7 +192,7 @@ std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<con
     const size_t nq = qs.size();
     // Drafting pays only if the best speculative rate beats plain decoding even after paying for the drafts.
     const bool pays = rows_best > (std::int32_t) nq &&
-                      exp_best / (step_us(rows_best, p) * inflate + t_draft_us_) > (double) nq / t_plain;
+                      exp_best / drafting_step_us(rows_best, p, inflate) > (double) nq / (t_plain + t_walk_us_);
     if (pays) {
         n_zero_        = 0;
         pending_       = true;
@@ -247,6 +253,10 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
     if (pending_) pend_time_us_ = t_us + t_draft_us;
 }
 
+void adaptive_budget::observe_walk(double t_us) {
+    if (t_us > 0) t_walk_us_ = t_walk_us_ == 0 ? t_us : 0.9 * t_walk_us_ + 0.1 * t_us;
+}
+
 void adaptive_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_verified,
                                          std::span<const std::int32_t> path) {
     if (pending_) pend_tokens_ += (double) path.size();
@@ -270,6 +280,13 @@ std::int32_t budget_policy::choose_equal(std::span<const budget_query> qs) {
     std::vector<std::int32_t> n(qs.size(), 0);
     choose(qs, n);
     return n.empty() ? 0 : *std::max_element(n.begin(), n.end());
+}
+
+fixed_budget::fixed_budget(std::int32_t n, std::shared_ptr<const cost_table> costs) : n_(n), costs_(std::move(costs)) {
+}
+
+std::int32_t fixed_budget::threads_for(std::int32_t n_rows, std::size_t n_requests) const {
+    return costs_ && costs_->valid() ? costs_->threads_for(n_rows, n_requests) : 0;
 }
 
 void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
