@@ -15,16 +15,14 @@
 // Per source set and budget it prints: hit1 (the next token is a root child), acc/step (mean accepted draft
 // tokens per step), tokens/step (accepted + the bonus token: the speedup bound M of a free verifier), pred/step
 // (the tree's expected_accepted(N): what the scores predict), and the share of accepted tokens each source proposed.
+#include "generations.h"
 #include "rest/datastore.h"
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 #include "rest/llama-model.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,11 +30,6 @@
 using namespace rest;
 
 namespace {
-
-struct sample {
-    std::vector<token_id> prompt;
-    std::vector<token_id> output;
-};
 
 struct totals {
     std::uint64_t steps = 0, hit1 = 0, accepted = 0, tokens = 0, by_source[3] = {0, 0, 0};
@@ -107,24 +100,8 @@ int main(int argc, char ** argv) {
         llama_log_quiet();
         const auto tok = load_tokenizer(model);
         const auto ds  = datastore::open(index, tok->fingerprint(), tok->description());
-        std::vector<sample> samples;
-        {
-            std::ifstream pf(prompts_path), gf(gen_path);
-            std::string   pl, gl;
-            while (std::getline(pf, pl) && std::getline(gf, gl)) {
-                if (pl.empty()) {
-                    continue;
-                }
-                const auto pj = nlohmann::json::parse(pl);
-                const auto gj = nlohmann::json::parse(gl);
-                samples.push_back({tok->tokenize(pj.at(field).get<std::string>(), true, true),
-                                   gj.at("tokens").get<std::vector<token_id>>()});
-                if (gj.contains("n_prompt") && gj["n_prompt"].get<std::size_t>() != samples.back().prompt.size()) {
-                    std::fprintf(stderr, "warning: prompt %zu tokenizes to %zu tokens, the generation saw %zu\n",
-                                 samples.size() - 1, samples.back().prompt.size(), gj["n_prompt"].get<std::size_t>());
-                }
-            }
-        }
+        const std::vector<rest_bench::generation> samples =
+            rest_bench::load_generations(*tok, prompts_path, field, gen_path);
         std::uint64_t n_out = 0;
         for (const auto & s : samples) {
             n_out += s.output.size();
@@ -163,7 +140,7 @@ int main(int argc, char ** argv) {
                 drafter       dr(ds.get(), &hist, p);
                 totals        tot;
                 double        t_us = 0;
-                for (const sample & s : samples) {
+                for (const rest_bench::generation & s : samples) {
                     dr.reset(s.prompt);
                     for (std::size_t pos = 0; pos < s.output.size();) {
                         draft_stats      st;

@@ -17,6 +17,11 @@ target_link_libraries(bench-draft-corpus PRIVATE ${XXHASH_LIB})
 add_executable(bench-draft-acceptance draft-acceptance.cpp)
 target_link_libraries(bench-draft-acceptance PRIVATE rest-llama rest-core)
 
+# Which source predicts the target's greedy next token, by suffix-match length (the ceiling of re-ranking).
+#   bench-draft-sources -m stories260K.gguf --index A.idx --prompts tinystories-B.jsonl --generations gen.jsonl
+add_executable(bench-draft-sources draft-sources.cpp)
+target_link_libraries(bench-draft-sources PRIVATE rest-llama rest-core)
+
 # Verify cost by batch shape (graph reuse vs rebuild) on a real model; see the file's header.
 add_executable(bench-verify-shapes bench-verify-shapes.cpp)
 target_link_libraries(bench-verify-shapes PRIVATE rest-llama rest-core benchmark::benchmark)

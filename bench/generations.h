@@ -1,0 +1,43 @@
+// Recorded greedy generations for the offline draft benchmarks: each prompt of a JSONL file, tokenized as
+// `rest generate` does (BOS added, special tokens parsed), paired with the tokens plain decoding produced for it
+// (`rest generate -f B.jsonl --no-spec --json`, one record per prompt, in order).
+#pragma once
+
+#include "rest/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace rest_bench {
+
+struct generation {
+    std::vector<rest::token_id> prompt;
+    std::vector<rest::token_id> output;
+};
+
+inline std::vector<generation> load_generations(const rest::tokenizer & tok, const std::string & prompts_path,
+                                                const std::string & field, const std::string & gen_path) {
+    std::vector<generation> out;
+    std::ifstream           pf(prompts_path), gf(gen_path);
+    std::string             pl, gl;
+    while (std::getline(pf, pl) && std::getline(gf, gl)) {
+        if (pl.empty()) {
+            continue;
+        }
+        const auto pj = nlohmann::json::parse(pl);
+        const auto gj = nlohmann::json::parse(gl);
+        out.push_back({tok.tokenize(pj.at(field).get<std::string>(), true, true),
+                       gj.at("tokens").get<std::vector<rest::token_id>>()});
+        if (gj.contains("n_prompt") && gj["n_prompt"].get<std::size_t>() != out.back().prompt.size()) {
+            std::fprintf(stderr, "warning: prompt %zu tokenizes to %zu tokens, the generation saw %zu\n",
+                         out.size() - 1, out.back().prompt.size(), gj["n_prompt"].get<std::size_t>());
+        }
+    }
+    return out;
+}
+
+}  // namespace rest_bench
