@@ -71,7 +71,7 @@ bench() {  # part, label, args...
     "$root/bench/plot.sh" "$out/$part" "$label" 2>>"$log"
 }
 
-all_methods=plain,llama-plain,rest,rest-datastore,rest-context,rest@8,rest@16,ngram-cache,ngram-simple,ngram-mod
+all_methods=plain,llama-plain,rest,rest-datastore,rest-context,rest@2,rest@4,rest@8,rest@16,ngram-cache,ngram-simple,ngram-mod
 
 for part in $parts; do
     case $part in
