@@ -123,7 +123,7 @@ void add_generate_command(CLI::App & root) {
                     "Cap on draft nodes per step; the cost model picks each step's budget below it (-1: 64)")
         ->capture_default_str();
     cmd->add_option("--draft-fixed", a->sp.n_draft_fixed,
-                    "Verify exactly this many draft nodes every step (no cost model; for comparisons)");
+                    "Verify exactly this many draft nodes every step, each pass on the thread count measured fastest for it (for comparisons)");
     add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");

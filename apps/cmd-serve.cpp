@@ -76,7 +76,7 @@ void add_serve_command(CLI::App & root) {
                     "Cap on draft nodes per slot and step; the cost model picks each step's budget below it (-1: 64)")
         ->capture_default_str();
     cmd->add_option("--draft-fixed", p->n_draft_fixed,
-                    "Verify exactly this many draft nodes per slot and step (no cost model; for comparisons)");
+                    "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured fastest for it (for comparisons)");
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
     add_layout_option(cmd, p->layout);
     cmd->add_option("-n,--n-predict", p->n_predict,

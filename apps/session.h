@@ -21,7 +21,7 @@ struct session_params {
     std::int32_t         n_gpu_layers = 0;
     rest::drafter_params draft;
     std::int32_t         n_draft_max = -1;     // cap on draft nodes per step; -1: the drafter's n_budget_max
-    std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no cost model), for comparisons
+    std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no budget choice), for comparisons
     bool                 verbose = false;      // print the cost calibration to stderr
     bool                 speculate = true;     // false: plain decoding only (no cost calibration at start-up)
     // How drafts are verified: "tree" (a unified KV pool, branches), "chain" (each tree's best path, in the slot's

@@ -21,8 +21,8 @@ struct server_params {
 
     bool         speculate   = true;    // false: every request decodes plainly
     std::int32_t n_draft_max = -1;      // cap on draft nodes per slot and step; the cost model picks below it (-1: 64)
-    std::int32_t n_draft_fixed = -1;
-    std::string  layout = "auto";       // draft verification layout, as `rest generate --draft-layout`    // >= 0: verify exactly this many nodes per slot and step (no cost model)
+    std::int32_t n_draft_fixed = -1;    // >= 0: verify exactly this many nodes per slot and step (no budget choice)
+    std::string  layout = "auto";       // draft verification layout, as `rest generate --draft-layout`
     std::int32_t n_predict   = -1;      // max_tokens when a request gives none (-1: until EOG or the slot's context end)
 
     std::string   history_path;             // online store: loaded at start when present, saved at shutdown
