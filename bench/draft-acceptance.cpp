@@ -72,17 +72,13 @@ std::vector<std::string> split(const std::string & s, char sep) {
 }  // namespace
 
 int main(int argc, char ** argv) {
-    std::string model, index, prompts_path, field = "prompt", gen_path, budgets_arg = "8,16,32,64", weights_arg;
-    std::string alpha_arg;
-    bool        chain = false;
+    rest_bench::generations_args args;
+    std::string                  budgets_arg = "8,16,32,64", weights_arg, alpha_arg;
+    bool                         chain = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
-        if (a == "-m") model = v;
-        else if (a == "--index") index = v;
-        else if (a == "--prompts") prompts_path = v;
-        else if (a == "--field") field = v;
-        else if (a == "--generations") gen_path = v;
-        else if (a == "--budgets") budgets_arg = v;
+        if (args.take(a, v)) continue;
+        if (a == "--budgets") budgets_arg = v;
         else if (a == "--alpha") alpha_arg = v;
         else if (a == "--weights") weights_arg = v;
         else if (a == "--chain") chain = v != "0";
@@ -91,17 +87,17 @@ int main(int argc, char ** argv) {
             return 1;
         }
     }
-    if (model.empty() || index.empty() || prompts_path.empty() || gen_path.empty()) {
+    if (!args.complete()) {
         std::fprintf(stderr, "usage: %s -m MODEL --index IDX --prompts B.jsonl --generations GEN.jsonl "
                              "[--field prompt] [--budgets 8,16] [--alpha DS,CTX,HIST] [--weights DS,CTX,HIST]\n", argv[0]);
         return 1;
     }
     try {
         llama_log_quiet();
-        const auto tok = load_tokenizer(model);
-        const auto ds  = datastore::open(index, tok->fingerprint(), tok->description());
+        const auto tok = load_tokenizer(args.model);
+        const auto ds  = datastore::open(args.index, tok->fingerprint(), tok->description());
         const std::vector<rest_bench::generation> samples =
-            rest_bench::load_generations(*tok, prompts_path, field, gen_path);
+            rest_bench::load_generations(*tok, args.prompts, args.field, args.generations);
         std::uint64_t n_out = 0;
         for (const auto & s : samples) {
             n_out += s.output.size();

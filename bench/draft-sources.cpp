@@ -89,29 +89,23 @@ int bucket(int l) { return l <= 3 ? l : l <= 5 ? 4 : l <= 8 ? 5 : l <= 12 ? 6 : 
 }  // namespace
 
 int main(int argc, char ** argv) {
-    std::string model, index, prompts_path, field = "prompt", gen_path;
+    rest_bench::generations_args args;
     for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string a = argv[i], v = argv[i + 1];
-        if (a == "-m") model = v;
-        else if (a == "--index") index = v;
-        else if (a == "--prompts") prompts_path = v;
-        else if (a == "--field") field = v;
-        else if (a == "--generations") gen_path = v;
-        else {
-            std::fprintf(stderr, "unknown option %s\n", a.c_str());
+        if (!args.take(argv[i], argv[i + 1])) {
+            std::fprintf(stderr, "unknown option %s\n", argv[i]);
             return 1;
         }
     }
-    if (model.empty() || index.empty() || prompts_path.empty() || gen_path.empty()) {
+    if (!args.complete()) {
         std::fprintf(stderr, "usage: %s -m MODEL --index IDX --prompts B.jsonl --generations GEN.jsonl [--field prompt]\n",
                      argv[0]);
         return 1;
     }
     try {
         llama_log_quiet();
-        const auto tok     = load_tokenizer(model);
-        const auto ds      = datastore::open(index, tok->fingerprint(), tok->description());
-        const auto samples = rest_bench::load_generations(*tok, prompts_path, field, gen_path);
+        const auto tok     = load_tokenizer(args.model);
+        const auto ds      = datastore::open(args.index, tok->fingerprint(), tok->description());
+        const auto samples = rest_bench::load_generations(*tok, args.prompts, args.field, args.generations);
 
         std::array<counts, k_src> by_len;
         std::array<long, k_src>   longest_hit{};

@@ -14,6 +14,24 @@
 
 namespace rest_bench {
 
+// The options every offline draft benchmark takes: -m MODEL --index IDX --prompts B.jsonl --generations GEN.jsonl
+// [--field prompt].
+struct generations_args {
+    std::string model, index, prompts, field = "prompt", generations;
+
+    // Takes option a with value v if it is one of these; false for any other.
+    bool take(const std::string & a, const std::string & v) {
+        if (a == "-m") model = v;
+        else if (a == "--index") index = v;
+        else if (a == "--prompts") prompts = v;
+        else if (a == "--field") field = v;
+        else if (a == "--generations") generations = v;
+        else return false;
+        return true;
+    }
+    bool complete() const { return !model.empty() && !index.empty() && !prompts.empty() && !generations.empty(); }
+};
+
 struct generation {
     std::vector<rest::token_id> prompt;
     std::vector<rest::token_id> output;

@@ -472,40 +472,38 @@ TEST(decoder, without_a_policy_runs_on_the_contexts_threads) {
     for (const auto & [rows, threads] : m.seen) EXPECT_EQ(threads, 2);
 }
 
-TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
+// One request of n_predict tokens on a chains-only fake model behind threaded_target, drafted by an oracle of
+// 8-node chains, under `policy` with at most n_draft_max nodes: returns the (rows, threads) of every decode.
+std::vector<std::pair<int, int>> threads_of_one_request(budget_policy & policy, std::int32_t n_predict,
+                                                        std::int32_t n_draft_max) {
     rest_test::fake_target f(40, 400, 1, 5);
     f.chains_only_ = true;
-    threaded_target m(f);
-    cost_table      c = table_of({1, 2, 4, 8}, {300, 100, 150, 250});
-    c.threads         = {2, 1, 1, 2};
-    adaptive_budget           b(c);
+    threaded_target           m(f);
     rest_test::oracle_drafter d(f, 9, 0.8, 0, 8);
     greedy_sampler            s;
     request                   r;
-    r.params.n_predict   = 60;
-    r.params.n_draft_max = 8;
+    r.params.n_predict   = n_predict;
+    r.params.n_draft_max = n_draft_max;
     r.sampler            = &s;
     r.draft              = &d;
-    decoder(m, &b).run(r, std::vector<token_id>{1, 2, 3});
-    ASSERT_FALSE(m.seen.empty());
-    for (const auto & [rows, threads] : m.seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
+    decoder(m, &policy).run(r, std::vector<token_id>{1, 2, 3});
+    return m.seen;
+}
+
+TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
+    cost_table c = table_of({1, 2, 4, 8}, {300, 100, 150, 250});
+    c.threads    = {2, 1, 1, 2};
+    adaptive_budget b(c);
+    const auto      seen = threads_of_one_request(b, 60, 8);
+    ASSERT_FALSE(seen.empty());
+    for (const auto & [rows, threads] : seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
 
     // A fixed budget given the table takes the same counts (comparisons between budgets compare the budgets).
-    rest_test::fake_target f_fixed(40, 400, 1, 5);
-    f_fixed.chains_only_ = true;
-    threaded_target           m_fixed(f_fixed);
-    fixed_budget              fixed(3, std::make_shared<const cost_table>(c));
-    rest_test::oracle_drafter d_fixed(f_fixed, 9, 0.8, 0, 8);
-    greedy_sampler            s_fixed;
-    request                   r_fixed;
-    r_fixed.params.n_predict   = 40;
-    r_fixed.params.n_draft_max = 3;
-    r_fixed.sampler            = &s_fixed;
-    r_fixed.draft              = &d_fixed;
-    decoder(m_fixed, &fixed).run(r_fixed, std::vector<token_id>{1, 2, 3});
-    ASSERT_FALSE(m_fixed.seen.empty());
+    fixed_budget fixed(3, std::make_shared<const cost_table>(c));
+    const auto   seen_fixed = threads_of_one_request(fixed, 40, 3);
+    ASSERT_FALSE(seen_fixed.empty());
     int one_thread = 0;
-    for (const auto & [rows, threads] : m_fixed.seen) {
+    for (const auto & [rows, threads] : seen_fixed) {
         EXPECT_EQ(threads, c.threads_for(rows)) << rows;
         one_thread += threads == 1;
     }
