@@ -123,8 +123,14 @@ int main(int argc, char ** argv) {
                     bool any = false;
                     if (p[0].length == l - 1) {
                         const auto m = find_all(*ds, suffix);
-                        const auto c = m.empty() ? std::vector<token_count>{} : next_token_counts(*ds, m, 1);
-                        if (!c.empty() && c[0].token != k_doc_end) p[0] = {l, c[0].token};
+                        // The most frequent continuation that is a token (a document end predicts nothing).
+                        const auto c = m.empty() ? std::vector<token_count>{} : next_token_counts(*ds, m, 2);
+                        for (const token_count & tc : c) {
+                            if (tc.token != k_doc_end) {
+                                p[0] = {l, tc.token};
+                                break;
+                            }
+                        }
                     }
                     if (p[1].length == l - 1) {
                         if (const auto * h = hist.find(suffix)) p[1] = {l, mode(*h)};

@@ -42,9 +42,12 @@ inline std::vector<generation> load_generations(const rest::tokenizer & tok, con
     std::vector<generation> out;
     std::ifstream           pf(prompts_path), gf(gen_path);
     std::string             pl, gl;
-    while (std::getline(pf, pl) && std::getline(gf, gl)) {
-        if (pl.empty()) {
-            continue;
+    while (std::getline(pf, pl)) {
+        if (pl.find_first_not_of(" \t\r") == std::string::npos) {
+            continue;  // no record, so no generation either (rest generate skips blank lines too)
+        }
+        if (!std::getline(gf, gl)) {
+            break;
         }
         const auto pj = nlohmann::json::parse(pl);
         const auto gj = nlohmann::json::parse(gl);

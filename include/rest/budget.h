@@ -46,9 +46,6 @@ class budget_policy {
     virtual void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
         (void) n_rows; (void) n_past; (void) t_us; (void) t_draft_us;
     }
-    // Feedback after a step's walk: the time from the end of its forward pass to the end of the step (sampling the
-    // visited nodes, cache compaction, feeding the drafters), which every step pays whatever its size.
-    virtual void observe_walk(double t_us) { (void) t_us; }
     // Feedback per request: the first n_verified nodes of tree were verified and `path` (root's child first) was
     // accepted.
     virtual void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) {

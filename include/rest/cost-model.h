@@ -83,8 +83,8 @@ struct adaptive_budget_params {
 };
 
 // Chooses, for all requests of a forward pass together, the draft prefixes that maximise expected tokens per
-// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft + t_walk), where t(rows) includes the graph rebuild when
-// rows differs from the last pass's, and plain decoding's rate is nq / (t(nq) + t_walk). Padding rows (filler beyond a tree's nodes, worth nothing) are allowed, so a step
+// second: sum_r (1 + E_r[accepted]) / (t(rows) + t_draft), where t(rows) includes the graph rebuild when rows
+// differs from the last pass's, against plain decoding's nq / t(nq). Padding rows (filler beyond a tree's nodes, worth nothing) are allowed, so a step
 // keeps the last shape when a rebuild would cost more than the rows, or takes a cheaper shape (2 rows < 1 row on
 // tiny CPU models). E is the sum of the nodes' path probabilities, each the
 // product along its path of calibrated conditional probabilities: a node's drafter score over its parent's (the
@@ -104,7 +104,6 @@ class adaptive_budget final : public budget_policy {
         return table_.threads_for(n_rows, n_requests);
     }
     void observe_other_pass() override { last_rows_ = 0; }
-    void observe_walk(double t_us) override;
     void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
 
     // The probability the policy currently assigns to a node being accepted once its parent is, for this
@@ -116,7 +115,7 @@ class adaptive_budget final : public budget_policy {
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
     // The same plus the graph rebuild if n_rows differs from the last observed pass.
     double step_us(std::int32_t n_rows, std::int32_t n_past) const;
-    // A whole drafting step of n_rows: step_us times the guard's factor, plus drafting and the walk.
+    // A whole drafting step of n_rows: step_us times the guard's factor, plus drafting.
     double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate) const;
     // The guard's current cost factor for drafting configurations of a batch of nq requests (1: none).
     double draft_cost_factor(std::size_t nq) const { return guard_[std::min<std::size_t>(nq, k_guards - 1)].inflate; }
@@ -143,8 +142,7 @@ class adaptive_budget final : public budget_policy {
     // Shared by choose() and choose_equal() once the best configuration is known: arms the guard when it pays,
     // else backs off. Returns the request that explores this step and how many of its nodes (nq: none).
     std::pair<std::size_t, std::int32_t> after_choice(std::span<const budget_query> qs, std::span<const std::size_t> lim,
-                                                      std::int32_t n_past, double t_plain, std::int32_t rows_best, double exp_best,
-                                                      double inflate);
+                                                      double t_plain, std::int32_t rows_best);
 
     // Guard against model error: per number of requests in the batch, the realised rate of drafting steps
     // (tokens per microsecond, drafting included) against the predicted plain rate. While drafting steps realise
@@ -168,7 +166,6 @@ class adaptive_budget final : public budget_policy {
     double                                  correction_all_ = 1.0;  // the same over all sizes
     std::array<std::array<bin, k_bins>, 8>  calib_{};     // [source mask][score bin]
     double                                  t_draft_us_ = 0;  // EMA of drafting time per step
-    double                                  t_walk_us_ = 0;   // EMA of the walk's time per step (see observe_walk)
     std::int32_t                            n_zero_ = 0;      // consecutive steps that chose no draft at all
     std::int32_t                            skip_ = 0;        // steps left before drafting again
     std::int32_t                            last_n_past_ = 0;

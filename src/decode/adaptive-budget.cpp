@@ -21,9 +21,10 @@ double adaptive_budget::step_us(std::int32_t n_rows, std::int32_t n_past) const 
 }
 
 double adaptive_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate) const {
-    // Drafting and the walk are paid once per step whatever its size: leaving them out would favour the cheapest
-    // passes over longer drafts that amortise them over more tokens.
-    return step_us(n_rows, n_past) * inflate + t_draft_us_ + t_walk_us_;
+    // Drafting is paid once per step whatever the step's size: leaving it out would favour the cheapest passes over
+    // longer drafts that amortise it over more tokens. (The walk after the pass, sampling and compaction, grows
+    // with the tokens emitted and costs plain decoding the same per token, so it does not change the choice.)
+    return step_us(n_rows, n_past) * inflate + t_draft_us_;
 }
 
 double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
@@ -118,9 +119,8 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     double       expected  = (double) nq;
     const double t_plain   = step_us(rows, p);
     const double inflate   = draft_cost_factor(nq);
-    double       best_rate = expected / (t_plain + t_walk_us_);
-    double       exp_best  = expected;  // expected tokens and rows of the best configuration so far
-    std::int32_t rows_best = rows;
+    double       best_rate = expected / t_plain;
+    std::int32_t rows_best = rows;  // rows of the best configuration so far
     while (true) {
         size_t pick = nq;
         double pv   = -1;
@@ -137,12 +137,11 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
         const double rate = expected / drafting_step_us(rows, p, inflate);
         if (rate > best_rate) {
             best_rate = rate;
-            exp_best  = expected;
             rows_best = rows;
             std::copy(next.begin(), next.end(), n_out.begin());
         }
     }
-    const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
+    const auto [ex, k] = after_choice(qs, lim, t_plain, rows_best);
     if (ex < nq) {
         n_out[ex] = std::max(n_out[ex], k);
     }
@@ -164,7 +163,7 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
     double       expected  = (double) nq;
     const double t_plain   = step_us((std::int32_t) nq, p);
     const double inflate   = draft_cost_factor(nq);
-    double       best_rate = expected / (t_plain + t_walk_us_), exp_best = expected;
+    double       best_rate = expected / t_plain;
     std::int32_t rows_best = (std::int32_t) nq, k_best = 0;
     for (size_t k = 1; k <= b.pad_max; ++k) {
         std::int32_t rows = 0;
@@ -175,24 +174,21 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
         const double rate = expected / drafting_step_us(rows, p, inflate);
         if (rate > best_rate) {
             best_rate = rate;
-            exp_best  = expected;
             rows_best = rows;
             k_best    = (std::int32_t) k;
         }
     }
-    const auto [ex, k] = after_choice(qs, lim, p, t_plain, rows_best, exp_best, inflate);
+    const auto [ex, k] = after_choice(qs, lim, t_plain, rows_best);
     return ex < nq ? std::max(k_best, k) : k_best;
 }
 
 std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<const budget_query> qs,
-                                                                   std::span<const std::size_t> lim, std::int32_t p,
-                                                                   double t_plain,
-                                                                   std::int32_t rows_best, double exp_best,
-                                                                   double inflate) {
+                                                                   std::span<const std::size_t> lim, double t_plain,
+                                                                   std::int32_t rows_best) {
     const size_t nq = qs.size();
-    // Drafting pays only if the best speculative rate beats plain decoding even after paying for the drafts.
-    const bool pays = rows_best > (std::int32_t) nq &&
-                      exp_best / drafting_step_us(rows_best, p, inflate) > (double) nq / (t_plain + t_walk_us_);
+    // The choice priced the drafting time into every drafting configuration, so it kept one only if it beats plain
+    // decoding even after paying for the drafts.
+    const bool pays = rows_best > (std::int32_t) nq;
     if (pays) {
         n_zero_        = 0;
         pending_       = true;
@@ -251,10 +247,6 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
     }
     last_n_past_ = n_past;
     if (pending_) pend_time_us_ = t_us + t_draft_us;
-}
-
-void adaptive_budget::observe_walk(double t_us) {
-    if (t_us > 0) t_walk_us_ = t_walk_us_ == 0 ? t_us : 0.9 * t_walk_us_ + 0.1 * t_us;
 }
 
 void adaptive_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_verified,

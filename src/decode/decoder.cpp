@@ -302,11 +302,7 @@ void decoder::step(std::span<request * const> requests) {
         r.stats.t_verify_us += t_verify;
         r.stats.t_sample_us += now_us() - t0;
     }
-    const double t_end = now_us();
-    if (policy_) {
-        policy_->observe_walk(t_end - (t_dec0 + t_verify));
-    }
-    const double t_step = t_end - t_step0;
+    const double t_step = now_us() - t_step0;
     for (request * r : live_) {
         r->stats.t_total_us += t_step;
     }
