@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,14 +59,6 @@ std::size_t walk(const draft_tree & t, std::span<const token_id> out, totals & t
     return n;
 }
 
-std::vector<std::string> split(const std::string & s, char sep) {
-    std::vector<std::string> out;
-    std::stringstream        ss(s);
-    for (std::string item; std::getline(ss, item, sep);) {
-        out.push_back(item);
-    }
-    return out;
-}
 
 }  // namespace
 
@@ -113,7 +104,7 @@ int main(int argc, char ** argv) {
         const config configs[] = {{"datastore", true, false, false}, {"context", false, true, false},
                                   {"history", false, false, true},   {"datastore+ctx", true, true, false},
                                   {"all", true, true, true}};
-        for (const std::string & b : split(budgets_arg, ',')) {
+        for (const std::string & b : rest_bench::split(budgets_arg, ',')) {
             const int n_budget = std::stoi(b);
             for (const config & c : configs) {
                 drafter_params p;
@@ -121,13 +112,13 @@ int main(int argc, char ** argv) {
                 p.use_context   = c.ctx;
                 p.use_history   = c.hist;
                 if (!alpha_arg.empty()) {
-                    const auto al     = split(alpha_arg, ',');
+                    const auto al     = rest_bench::split(alpha_arg, ',');
                     p.alpha_datastore = std::stod(al.at(0));
                     p.alpha_context   = std::stod(al.at(1));
                     p.alpha_history   = std::stod(al.at(2));
                 }
                 if (!weights_arg.empty()) {
-                    const auto w       = split(weights_arg, ',');
+                    const auto w       = rest_bench::split(weights_arg, ',');
                     p.weight_datastore = std::stod(w.at(0));
                     p.weight_context   = std::stod(w.at(1));
                     p.weight_history   = std::stod(w.at(2));

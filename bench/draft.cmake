@@ -22,6 +22,12 @@ target_link_libraries(bench-draft-acceptance PRIVATE rest-llama rest-core)
 add_executable(bench-draft-sources draft-sources.cpp)
 target_link_libraries(bench-draft-sources PRIVATE rest-llama rest-core)
 
+# Budget policies replayed against recorded greedy outputs on a fixed cost model (no timing noise).
+#   bench-policy-replay -m stories260K.gguf --index A.idx --prompts tinystories-B.jsonl --generations gen.jsonl \
+#       --costs ~/.cache/rest.cpp/costs/<model>.txt
+add_executable(bench-policy-replay policy-replay.cpp)
+target_link_libraries(bench-policy-replay PRIVATE rest-llama rest-core)
+
 # Verify cost by batch shape (graph reuse vs rebuild) on a real model; see the file's header.
 add_executable(bench-verify-shapes bench-verify-shapes.cpp)
 target_link_libraries(bench-verify-shapes PRIVATE rest-llama rest-core benchmark::benchmark)

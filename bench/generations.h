@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,14 @@ struct generation {
     std::vector<rest::token_id> prompt;
     std::vector<rest::token_id> output;
 };
+
+// "1,2,4" -> {"1", "2", "4"}: list-valued options.
+inline std::vector<std::string> split(const std::string & s, char sep) {
+    std::vector<std::string> out;
+    std::stringstream        ss(s);
+    for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+    return out;
+}
 
 inline std::vector<generation> load_generations(const rest::tokenizer & tok, const std::string & prompts_path,
                                                 const std::string & field, const std::string & gen_path) {

@@ -3,6 +3,7 @@
 #include "fake-model.h"
 #include "rest/cost-model.h"
 
+#include <array>
 #include <chrono>
 
 using namespace rest;
@@ -142,6 +143,23 @@ TEST(adaptive_budget, drafting_time_is_paid_once_per_step) {
         longer += n > n_bare;
     }
     EXPECT_GT(longer, 0);
+}
+
+TEST(adaptive_budget, draft_hint_follows_recent_choices_with_room_to_grow) {
+    adaptive_budget_params no_explore;
+    no_explore.explore_obs = 0;
+    adaptive_budget b(k_cpu, no_explore);
+    EXPECT_EQ(b.draft_nodes_hint(), 2);  // nothing chosen yet: 0 + 2
+    const draft_tree good = chain(64, 0.95f);
+    const std::int32_t n_good = choose_one(b, good);
+    ASSERT_GT(n_good, 2);
+    EXPECT_EQ(b.draft_nodes_hint(), n_good + 2);
+    // Shorter choices do not shrink it until the long one has left the recent window (32 steps).
+    const draft_tree poor = chain(8, 0.05f);
+    for (int i = 0; i < 31; ++i) choose_one(b, poor);
+    EXPECT_EQ(b.draft_nodes_hint(), n_good + 2);
+    choose_one(b, poor);
+    EXPECT_LT(b.draft_nodes_hint(), n_good + 2);
 }
 
 TEST(adaptive_budget, backs_off_costly_drafting_when_it_does_not_pay) {
@@ -339,9 +357,11 @@ TEST(adaptive_budget, keeps_the_last_shape_when_a_rebuild_costs_more_than_rows) 
     EXPECT_NEAR(after4.step_us(4, 10), 130 + 80, 1e-9);
 }
 
-// Plain greedy decoding and a one-node-chain drafter under a fixed budget of n on spec_m (a chains-only copy of
-// the model): returns the speculative request after checking that its output is plain's.
-request run_fixed_against_plain(rest_test::fake_target & spec_m, std::int32_t n, std::int32_t n_predict) {
+// Plain greedy decoding, and decoding with drafter d under `policy` (at most n_draft_max nodes) on spec_m (a copy of
+// the model, seed 11, possibly chains-only): returns the speculative request after checking that its output is
+// plain's.
+request run_against_plain(rest_test::fake_target & spec_m, budget_policy & policy, draft_provider & d,
+                          std::int32_t n_draft_max, std::int32_t n_predict) {
     rest_test::fake_target      plain_m(40, 400, 1, 11);
     const std::vector<token_id> prompt = {3, 1, 4};
     greedy_sampler              s1, s2;
@@ -349,16 +369,21 @@ request run_fixed_against_plain(rest_test::fake_target & spec_m, std::int32_t n,
     plain_r.params.n_predict = spec_r.params.n_predict = n_predict;
     plain_r.sampler = &s1;
     decoder(plain_m, nullptr).run(plain_r, prompt);
-    rest_test::oracle_drafter d(spec_m, 5, 0.7, 0, 1);
-    fixed_budget              fixed(n);
-    spec_r.params.n_draft_max = n;
+    spec_r.params.n_draft_max = n_draft_max;
     spec_r.sampler            = &s2;
     spec_r.draft              = &d;
-    decoder(spec_m, &fixed).run(spec_r, prompt);
+    decoder(spec_m, &policy).run(spec_r, prompt);
     EXPECT_EQ(spec_r.output, plain_r.output);
     spec_r.sampler = nullptr;
     spec_r.draft   = nullptr;
     return spec_r;
+}
+
+// The same with a one-node-chain drafter under a fixed budget of n.
+request run_fixed_against_plain(rest_test::fake_target & spec_m, std::int32_t n, std::int32_t n_predict) {
+    rest_test::oracle_drafter d(spec_m, 5, 0.7, 0, 1);
+    fixed_budget              fixed(n);
+    return run_against_plain(spec_m, fixed, d, n, n_predict);
 }
 
 TEST(decoder, pads_a_short_chain_to_the_fixed_budget_and_stays_lossless) {
@@ -487,6 +512,50 @@ std::vector<std::pair<int, int>> threads_of_one_request(budget_policy & policy, 
     r.draft              = &d;
     decoder(m, &policy).run(r, std::vector<token_id>{1, 2, 3});
     return m.seen;
+}
+
+// Records the budget of every draft() call of the wrapped drafter.
+class recording_drafter final : public draft_provider {
+  public:
+    explicit recording_drafter(draft_provider & d) : d_(d) {}
+    void       reset(std::span<const token_id> p) override { d_.reset(p); }
+    void       accept(std::span<const token_id> t) override { d_.accept(t); }
+    draft_tree draft(int n_budget) override {
+        asked.push_back(n_budget);
+        return d_.draft(n_budget);
+    }
+    std::vector<int> asked;
+
+  private:
+    draft_provider & d_;
+};
+
+// A policy that always says the same hint and verifies whatever the tree gives, up to n.
+class hinting_policy final : public budget_policy {
+  public:
+    explicit hinting_policy(std::int32_t hint) : hint_(hint) {}
+    std::int32_t draft_nodes_hint() const override { return hint_; }
+    void choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) override {
+        for (size_t i = 0; i < qs.size(); ++i) n_out[i] = qs[i].tree ? (std::int32_t) qs[i].tree->size() : 0;
+    }
+
+  private:
+    std::int32_t hint_;
+};
+
+TEST(decoder, chain_drafting_sizes_its_tree_to_the_policys_hint) {
+    // Chains: the tree drafted for a best path is 4x the nodes the policy may verify (the hint, within the
+    // request's cap), at most 32; the output stays plain's.
+    for (const auto & [hint, cap, want] : std::vector<std::array<int, 3>>{{2, 64, 8}, {5, 64, 20}, {64, 64, 32}, {5, 3, 12}}) {
+        rest_test::fake_target spec_m(40, 400, 1, 11);
+        spec_m.chains_only_ = true;
+        rest_test::oracle_drafter d(spec_m, 5, 0.8, 2, 8);
+        recording_drafter         rec(d);
+        hinting_policy            policy(hint);
+        run_against_plain(spec_m, policy, rec, cap, 40);
+        ASSERT_FALSE(rec.asked.empty());
+        for (int n : rec.asked) EXPECT_EQ(n, want) << "hint " << hint << ", cap " << cap;
+    }
 }
 
 TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {

@@ -26,6 +26,10 @@ class budget_policy {
     virtual ~budget_policy() = default;
     // Whether drafting is worth its own time this step (a policy can back off when drafts keep not paying).
     virtual bool want_draft() { return true; }
+    // Most nodes the policy is likely to verify per request this step, so that drafting can size its work to it
+    // (a chain's best path from a 32-node tree costs 2-3x drafting an 8-node one; on a tiny model that is several
+    // percent of a step). Any value >= 1; a policy may still choose more nodes than it said.
+    virtual std::int32_t draft_nodes_hint() const { return 64; }
     // For each query, n_out[i] in [0, n_max]: verify the first n_out[i] nodes of the tree (0: plain decoding), the
     // ones past its size being padding.
     virtual void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) = 0;

@@ -97,6 +97,8 @@ class adaptive_budget final : public budget_policy {
     adaptive_budget(cost_table table, adaptive_budget_params params = {});
 
     bool want_draft() override;
+    // Two more than the most nodes chosen for a request over the last k_recent steps: room to grow step by step.
+    std::int32_t draft_nodes_hint() const override;
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
@@ -170,6 +172,10 @@ class adaptive_budget final : public budget_policy {
     std::int32_t                            skip_ = 0;        // steps left before drafting again
     std::int32_t                            last_n_past_ = 0;
     std::int32_t                            last_rows_ = 0;   // rows of the last observed pass (0: none yet)
+    static constexpr std::size_t            k_recent = 32;
+    std::array<std::int32_t, k_recent>      recent_{};        // most nodes chosen for a request, last steps (ring)
+    std::size_t                             recent_at_ = 0;
+    void                                    note_choice(std::int32_t n_nodes);
 };
 
 }  // namespace rest

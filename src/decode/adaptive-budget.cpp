@@ -54,6 +54,15 @@ std::vector<double> adaptive_budget::path_probabilities(const draft_tree & t) co
     return v;
 }
 
+std::int32_t adaptive_budget::draft_nodes_hint() const {
+    return 2 + *std::max_element(recent_.begin(), recent_.end());
+}
+
+void adaptive_budget::note_choice(std::int32_t n_nodes) {
+    recent_[recent_at_] = n_nodes;
+    recent_at_          = (recent_at_ + 1) % k_recent;
+}
+
 bool adaptive_budget::want_draft() {
     if (skip_ > 0) {
         --skip_;
@@ -145,6 +154,7 @@ void adaptive_budget::choose(std::span<const budget_query> qs, std::span<std::in
     if (ex < nq) {
         n_out[ex] = std::max(n_out[ex], k);
     }
+    note_choice(*std::max_element(n_out.begin(), n_out.end()));
 }
 
 std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
@@ -179,7 +189,9 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
         }
     }
     const auto [ex, k] = after_choice(qs, lim, t_plain, rows_best);
-    return ex < nq ? std::max(k_best, k) : k_best;
+    const std::int32_t n = ex < nq ? std::max(k_best, k) : k_best;
+    note_choice(n);
+    return n;
 }
 
 std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<const budget_query> qs,
