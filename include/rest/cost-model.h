@@ -170,7 +170,6 @@ class adaptive_budget final : public budget_policy {
     double                                  t_draft_us_ = 0;  // EMA of drafting time per step
     std::int32_t                            n_zero_ = 0;      // consecutive steps that chose no draft at all
     std::int32_t                            skip_ = 0;        // steps left before drafting again
-    std::int32_t                            last_n_past_ = 0;
     std::int32_t                            last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     static constexpr std::size_t            k_recent = 32;
     std::array<std::int32_t, k_recent>      recent_{};        // most nodes chosen for a request, last steps (ring)

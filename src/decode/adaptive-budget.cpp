@@ -257,7 +257,6 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, dou
     if (t_draft_us > 0) {
         t_draft_us_ = t_draft_us_ == 0 ? t_draft_us : 0.9 * t_draft_us_ + 0.1 * t_draft_us;
     }
-    last_n_past_ = n_past;
     if (pending_) pend_time_us_ = t_us + t_draft_us;
 }
 
