@@ -15,8 +15,7 @@ session::session(const session_params & params) : params_(params) {
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
     open_context(params);
     if (!params.speculate || params.n_draft_fixed >= 0) {
-        policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0,
-                                                       std::make_shared<const rest::cost_table>(costs_));
+        policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0, costs_);
     } else {
         rest::adaptive_budget_params bp;
         bp.n_max = params.n_draft_max >= 0 ? params.n_draft_max : params.draft.n_budget_max;

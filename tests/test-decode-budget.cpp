@@ -567,7 +567,7 @@ TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
     for (const auto & [rows, threads] : seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
 
     // A fixed budget given the table takes the same counts (comparisons between budgets compare the budgets).
-    fixed_budget fixed(3, std::make_shared<const cost_table>(c));
+    fixed_budget fixed(3, c);
     const auto   seen_fixed = threads_of_one_request(fixed, 40, 3);
     ASSERT_FALSE(seen_fixed.empty());
     int one_thread = 0;

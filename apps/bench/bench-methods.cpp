@@ -97,8 +97,7 @@ class rest_runner final : public method_runner {
         dp_.use_context   = m.use_context;
         dp_.use_history   = m.use_history;
         if (m.n_fixed >= 0) {
-            policy_      = std::make_unique<rest::fixed_budget>(m.n_fixed,
-                                                                std::make_shared<const rest::cost_table>(s.costs()));
+            policy_      = std::make_unique<rest::fixed_budget>(m.n_fixed, s.costs());
             n_draft_max_ = m.n_fixed;
         } else {
             rest::adaptive_budget_params bp;

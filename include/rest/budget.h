@@ -5,12 +5,9 @@
 #include "rest/draft-tree.h"
 
 #include <cstdint>
-#include <memory>
 #include <span>
 
 namespace rest {
-
-struct cost_table;
 
 struct budget_query {
     const draft_tree * tree = nullptr;  // best-first candidates; the policy picks a prefix length
@@ -55,20 +52,6 @@ class budget_policy {
     virtual void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) {
         (void) tree; (void) n_verified; (void) path;
     }
-};
-
-// Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
-// peers use. Given a measured cost table, a pass runs on the thread count measured fastest for its size, as the
-// adaptive policy's do, so that comparisons between budgets compare the budgets.
-class fixed_budget final : public budget_policy {
-  public:
-    explicit fixed_budget(std::int32_t n, std::shared_ptr<const cost_table> costs = nullptr);
-    void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
-    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override;
-
-  private:
-    std::int32_t                      n_;
-    std::shared_ptr<const cost_table> costs_;
 };
 
 }  // namespace rest

@@ -62,6 +62,22 @@ struct calibrate_params {
     double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
 };
 
+// Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
+// peers use. Given a measured cost table, a pass runs on the thread count measured fastest for its size, as the
+// adaptive policy's do, so that comparisons between budgets compare the budgets.
+class fixed_budget final : public budget_policy {
+  public:
+    explicit fixed_budget(std::int32_t n, cost_table costs = {}) : n_(n), costs_(std::move(costs)) {}
+    void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
+        return costs_.threads_for(n_rows, n_requests);
+    }
+
+  private:
+    std::int32_t n_;
+    cost_table   costs_;
+};
+
 // Measures t(rows) on `slot` of the model with throwaway chain drafts, then clears the slot. The slot must be idle.
 cost_table calibrate_cost(target_model & model, std::int32_t slot, const calibrate_params & params = {});
 

@@ -285,13 +285,6 @@ std::int32_t budget_policy::choose_equal(std::span<const budget_query> qs) {
     return n.empty() ? 0 : *std::max_element(n.begin(), n.end());
 }
 
-fixed_budget::fixed_budget(std::int32_t n, std::shared_ptr<const cost_table> costs) : n_(n), costs_(std::move(costs)) {
-}
-
-std::int32_t fixed_budget::threads_for(std::int32_t n_rows, std::size_t n_requests) const {
-    return costs_ && costs_->valid() ? costs_->threads_for(n_rows, n_requests) : 0;
-}
-
 void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     for (size_t i = 0; i < qs.size(); ++i) {
         n_out[i] = qs[i].tree && !qs[i].tree->empty() ? std::min(n_, qs[i].n_max) : 0;  // no draft: a plain step
