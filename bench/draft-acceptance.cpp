@@ -130,13 +130,9 @@ int main(int argc, char ** argv) {
                 for (const rest_bench::generation & s : samples) {
                     dr.reset(s.prompt);
                     for (std::size_t pos = 0; pos < s.output.size();) {
-                        draft_stats      st;
-                        draft_tree t = dr.draft(chain ? std::min(4 * n_budget, 32) : n_budget, &st);
-                        if (chain) {
-                            t.keep_best_path();
-                            t.truncate(static_cast<std::size_t>(n_budget));
-                        }
-                        t_us += st.t_draft_us;
+                        const draft_tree t =
+                            chain ? draft_chain(dr, n_budget, n_budget, INT32_MAX) : dr.draft(n_budget);
+                        t_us += dr.last_stats().t_draft_us;
                         const std::span<const token_id> rest_out(s.output.data() + pos, s.output.size() - pos);
                         for (std::size_t i = 0; i < t.size(); ++i) {
                             tot.hit1 += t.parents[i] < 0 && t.tokens[i] == rest_out[0];

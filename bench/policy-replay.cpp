@@ -50,11 +50,10 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
         last_rows          = 0;
         std::int32_t n_past = (std::int32_t) s.prompt.size();
         for (std::size_t pos = 0; pos < s.output.size();) {
-            // The decoder's chain drafting (src/decode/decoder.cpp): the best path of a bushier tree, cut to cap.
-            const std::int32_t n_draft = std::min(4 * std::min(cap, policy.draft_nodes_hint()), 32);
-            draft_tree         tree    = dr.draft(n_draft);
-            tree.keep_best_path();
-            tree.truncate((std::size_t) cap);
+            // The decoder's chain drafting.
+            const std::int32_t want    = std::min(cap, policy.draft_nodes_hint());
+            const std::int32_t n_draft = chain_tree_nodes(want, INT32_MAX);
+            draft_tree         tree    = draft_chain(dr, cap, want, INT32_MAX);
             const budget_query q{&tree, n_past, tree.empty() ? 0 : cap};
             std::int32_t       n = 0;
             policy.choose({&q, 1}, {&n, 1});

@@ -155,14 +155,9 @@ void decoder::step(std::span<request * const> requests) {
             if (model_.trees()) {
                 tree = r.draft->draft(cap);
             } else {
-                // A chain of cap nodes: its best path comes from a bushier tree than cap nodes would give. 32 nodes
-                // find paths as deep as drafts go (continuations are ~10 tokens) at a fraction of a 64-node tree's
-                // drafting time, which matters when a step is 0.2 ms; and while the policy keeps choosing short
-                // chains, a tree for what it may choose next costs less again.
+                // While the policy keeps choosing short chains, a tree for what it may choose next costs less.
                 const std::int32_t want = policy_ ? std::min(cap, policy_->draft_nodes_hint()) : cap;
-                tree = r.draft->draft(std::min({room, 4 * want, 32}));
-                tree.keep_best_path();
-                tree.truncate((std::size_t) cap);
+                tree = draft_chain(*r.draft, cap, want, room);
             }
             const double dt = now_us() - t0;
             r.stats.t_draft_us += dt;
