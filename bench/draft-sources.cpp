@@ -11,9 +11,13 @@
 // Printed: per l, how often a source's prediction at exactly l is right where the suffix occurs; per source, the
 // accuracy of its longest match; "any": some source's longest-match prediction is right (the ceiling of choosing
 // among them); "best rule": the best choice of source per combination of match-length buckets, fitted in-sample
-// (optimistic: it sees the answers).
+// (optimistic: it sees the answers); "drafter": the real drafter's first node (rest::drafter, default parameters);
+// two online rules that choose a source by the running accuracy, over earlier positions only, of its predictions in
+// the same cell of match-length buckets or at the same bucket of its own match length.
 #include "generations.h"
 #include "rest/datastore.h"
+#include "rest/drafter.h"
+#include "rest/history-store.h"
 #include "rest/llama-model.h"
 
 #include <algorithm>
@@ -84,6 +88,33 @@ std::map<token_id, long> context_continuations(std::span<const token_id> ctx, in
     return h;
 }
 
+// Chooses the source whose predictions were right most often (Laplace-smoothed) under the same key, over earlier
+// positions only, then learns from this one. key(k) names source k's statistics; ties go to the later source.
+class online_rule {
+  public:
+    template <class Key>
+    bool pick_and_learn(const std::array<prediction, k_src> & p, token_id target, Key key) {
+        int    pick = -1;
+        double best = -1;
+        for (int k = 0; k < k_src; ++k) {
+            if (p[k].length == 0) continue;
+            const auto & c = counts_[key(k)][k];
+            const double a = (c[1] + 1.0) / (c[0] + 2.0);
+            if (a >= best) { best = a; pick = k; }
+        }
+        for (int k = 0; k < k_src; ++k) {
+            if (p[k].length == 0) continue;
+            auto & c = counts_[key(k)][k];
+            c[0]++;
+            c[1] += p[k].token == target;
+        }
+        return pick >= 0 && p[pick].token == target;
+    }
+
+  private:
+    std::map<std::array<int, 3>, std::array<std::array<long, 2>, k_src>> counts_;  // key -> source -> {n, right}
+};
+
 int bucket(int l) { return l <= 3 ? l : l <= 5 ? 4 : l <= 8 ? 5 : l <= 12 ? 6 : 7; }
 
 }  // namespace
@@ -113,9 +144,22 @@ int main(int argc, char ** argv) {
         // [datastore bucket][history bucket][context bucket][source]: right predictions, for the in-sample rule.
         std::map<std::array<int, 3>, std::array<long, k_src>> cells;
         ngram_history hist;
+        // The real drafter's first node at every position (its history store gets outputs only, as in the decoder),
+        // and two online choice rules: per cell of match-length buckets, or per (source, own bucket).
+        history_store dhist({.n_tokens_max = 1 << 20});
+        drafter       dr(ds.get(), &dhist, drafter_params{});
+        long drafter_hit = 0, online_cell_hit = 0, online_src_hit = 0;
+        online_rule by_cell, by_source;
         for (const auto & s : samples) {
             std::vector<token_id> ctx = s.prompt;
+            dr.reset(s.prompt);
             for (token_id target : s.output) {
+                {
+                    const draft_tree t = dr.draft(1);
+                    drafter_hit += !t.empty() && t.tokens[0] == target;
+                    const token_id one[] = {target};
+                    dr.accept(one);
+                }
                 ++n_pos;
                 std::array<prediction, k_src> p;
                 for (int l = 1; l <= k_len && l <= (int) ctx.size(); ++l) {
@@ -147,6 +191,12 @@ int main(int argc, char ** argv) {
                     }
                     if (!any) break;
                 }
+                online_cell_hit += by_cell.pick_and_learn(p, target, [&](int) {
+                    return std::array<int, 3>{bucket(p[0].length), bucket(p[1].length), bucket(p[2].length)};
+                });
+                online_src_hit += by_source.pick_and_learn(p, target, [&](int k) {
+                    return std::array<int, 3>{k, bucket(p[k].length), 0};
+                });
                 bool some = false;
                 auto & cell = cells[{bucket(p[0].length), bucket(p[1].length), bucket(p[2].length)}];
                 for (int k = 0; k < k_src; ++k) {
@@ -161,6 +211,7 @@ int main(int argc, char ** argv) {
             std::vector<token_id> seq = s.prompt;
             seq.insert(seq.end(), s.output.begin(), s.output.end());
             hist.add(seq);
+            dr.finish();
         }
         long rule_hit = 0;
         for (const auto & [key, c] : cells) rule_hit += *std::max_element(c.begin(), c.end());
@@ -180,6 +231,9 @@ int main(int argc, char ** argv) {
         }
         std::printf("\nnext token right, share of all positions:\n");
         for (int k = 0; k < k_src; ++k) std::printf("  %-10s longest match  %.3f\n", k_names[k], longest_hit[k] / n);
+        std::printf("  drafter's first node      %.3f\n", drafter_hit / n);
+        std::printf("  online rule, per cell     %.3f\n  online rule, per source   %.3f\n", online_cell_hit / n,
+                    online_src_hit / n);
         std::printf("  best rule (in-sample)     %.3f\n  any source                %.3f\n", rule_hit / n, any_hit / n);
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
