@@ -32,7 +32,7 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
     const std::string key = fs::absolute(info.path, ec).string() + "|" + std::to_string(size) + "|" +
                             std::to_string(mtime) + "|" + info.backend + "|t" + std::to_string(threads) + "|b" +
                             std::to_string(cp.n_batch) + (cp.trees ? "|trees" : "|chains") + "|fa" +
-                            std::to_string(cp.flash_attn);
+                            std::to_string(cp.flash_attn) + "|s" + std::to_string(ctx.n_slots());
     char name[32];
     std::snprintf(name, sizeof(name), "%016zx.txt", std::hash<std::string>{}(key));
     const fs::path path = cache_dir() / name;
@@ -70,6 +70,14 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
             if (!t.threads.empty() && t.threads[i] > 0) std::fprintf(stderr, "/%dt", t.threads[i]);
         }
         std::fprintf(stderr, ", shape change +%.3fms\n", t.rebuild_us / 1000);
+        for (const auto & b : t.batches) {
+            std::fprintf(stderr, "rest:   %d requests, rows each:", b.requests);
+            for (size_t i = 0; i < b.per.size(); ++i) {
+                std::fprintf(stderr, " t(%d)=%.3fms", b.per[i], b.t_us[i] / 1000);
+                if (b.threads[i] > 0) std::fprintf(stderr, "/%dt", b.threads[i]);
+            }
+            std::fprintf(stderr, "\n");
+        }
     }
     if (t.valid()) {
         fs::create_directories(path.parent_path(), ec);

@@ -65,7 +65,7 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             o.changes += rows != last_rows && last_rows != 0;
             last_rows = rows;
             const double t_draft = draft_a + draft_b * n_draft;
-            policy.observe_step(rows, n_past, t, t_draft);
+            policy.observe_step(rows, 1, n_past, t, t_draft);
             std::vector<std::int32_t> path(a);
             for (std::int32_t i = 0; i < a; ++i) path[i] = i;
             if (!tree.empty()) policy.observe_acceptance(tree, n_real, path);

@@ -64,18 +64,68 @@ TEST(cost_table, serializes_and_rejects_garbage) {
     const cost_table back = cost_table::parse(k_cpu.serialize());
     ASSERT_TRUE(back.valid());
     EXPECT_EQ(back.rows, k_cpu.rows);
+    EXPECT_TRUE(back.batches.empty());
     for (size_t i = 0; i < back.t_us.size(); ++i) EXPECT_NEAR(back.t_us[i], k_cpu.t_us[i], 1e-6);
-    const cost_table small = cost_table::parse("rest-cost 3 0.5 80 2 1 2 10 7 1 2");  // t(2) < t(1) is allowed
+    const cost_table small = cost_table::parse("rest-cost 4 0.5 80 2 1 2 10 7 1 2 0");  // t(2) < t(1) is allowed
     ASSERT_TRUE(small.valid());
     EXPECT_EQ(small.threads, (std::vector<std::int32_t>{1, 2}));
     EXPECT_DOUBLE_EQ(small.rebuild_us, 80);
-    for (const char * bad : {"", "rest-cost 3 0 1 1 5", "rest-cost 3 0 0 2 1 2 5 6 1", "rest-cost 3 0 0 1 2 5 1",
-                             "rest-cost 3 -1 0 1 1 5 1", "rest-cost 3 0 -1 1 1 5 1", "nonsense", "rest-cost 3 0 0 1 1 -3 1",
-                             "rest-cost 3 0 0 1 1 5 -1", "rest-cost 3 0 0 1 1 5",
-                             // older caches (no rebuild cost, no threads): re-measured
-                             "rest-cost 1 0 1 1 5", "rest-cost 2 0 0 1 1 5"}) {
+    const cost_table grid = cost_table::parse("rest-cost 4 0 0 1 1 5 0 2 2 2 1 2 9 8 2 1 4 1 1 20 2");
+    ASSERT_TRUE(grid.valid());
+    ASSERT_EQ(grid.batches.size(), 2u);
+    EXPECT_EQ(grid.batches[0].requests, 2);
+    EXPECT_EQ(grid.batches[0].per, (std::vector<std::int32_t>{1, 2}));
+    EXPECT_EQ(grid.batches[0].threads, (std::vector<std::int32_t>{2, 1}));
+    EXPECT_EQ(grid.batches[1].t_us, (std::vector<double>{20}));
+    EXPECT_EQ(cost_table::parse(grid.serialize()).serialize(), grid.serialize());
+    for (const char * bad : {"", "rest-cost 4 0 1 1 5 0", "rest-cost 4 0 0 2 1 2 5 6 1 0", "rest-cost 4 0 0 1 2 5 1 0",
+                             "rest-cost 4 -1 0 1 1 5 1 0", "rest-cost 4 0 -1 1 1 5 1 0", "nonsense",
+                             "rest-cost 4 0 0 1 1 -3 1 0", "rest-cost 4 0 0 1 1 5 -1 0", "rest-cost 4 0 0 1 1 5 1",
+                             "rest-cost 4 0 0 1 1 5 1 0 junk",
+                             // batch grids: requests must exceed 1 and grow; rows per request start at 1
+                             "rest-cost 4 0 0 1 1 5 1 1 1 1 1 5 1", "rest-cost 4 0 0 1 1 5 1 2 4 1 1 5 1 2 1 1 5 1",
+                             "rest-cost 4 0 0 1 1 5 1 1 2 1 2 5 1", "rest-cost 4 0 0 1 1 5 1 1 2 1 1 0 1",
+                             "rest-cost 4 0 0 1 1 5 1 1 2 2 1 2 5",
+                             // older caches (no rebuild cost, no threads, no batch grid): re-measured
+                             "rest-cost 1 0 1 1 5", "rest-cost 2 0 0 1 1 5", "rest-cost 3 0 0 1 1 5 1"}) {
         EXPECT_FALSE(cost_table::parse(bad).valid()) << bad;
     }
+}
+
+// stories260K, chains of 4 requests (measured): a request's second row is nearly free, unlike t(total rows).
+cost_table with_grid() {
+    cost_table c = table_of({1, 2, 4, 8}, {276, 194, 292, 529});
+    c.threads    = {2, 1, 1, 1};
+    c.batches    = {{2, {1, 2, 4}, {442, 305, 572}, {2, 1, 1}}, {4, {1, 2, 4}, {691, 569, 1221}, {2, 1, 2}}};
+    return c;
+}
+
+TEST(cost_table, batch_grid_interpolates_over_rows_and_requests) {
+    const cost_table c = with_grid();
+    // Grid points, and linear between rows per request.
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(4, 4, 0), 691);
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(4, 8, 0), 569);
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(2, 6, 0), (305 + 572) / 2.0);
+    // Between request counts, one request being the table itself; beyond the last, proportional to requests.
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(3, 6, 0), (305 + 569) / 2.0);
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(8, 16, 0), 2 * 569.0);
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(1, 4, 0), c.predict_us(4, 0));
+    // Past the longest chain measured: as the one-request table grows over total rows.
+    EXPECT_DOUBLE_EQ(c.predict_batch_us(4, 24, 0), 1221 * c.predict_us(24, 0) / c.predict_us(16, 0));
+    // Without a grid, t(total rows), as before.
+    const cost_table plain = table_of({1, 2, 4, 8}, {276, 194, 292, 529});
+    EXPECT_DOUBLE_EQ(plain.predict_batch_us(4, 8, 0), plain.predict_us(8, 0));
+    // Attention is per row whatever the shape.
+    cost_table a = with_grid();
+    a.attn_us    = 0.5;
+    EXPECT_DOUBLE_EQ(a.predict_batch_us(4, 8, 100), 569 + 0.5 * 8 * 100);
+    // Thread counts: the nearest grid point; one request reads the table; no grid, the context's own.
+    EXPECT_EQ(c.threads_for(8, 4), 1);
+    EXPECT_EQ(c.threads_for(16, 4), 2);
+    EXPECT_EQ(c.threads_for(12, 3), 2);  // 3 requests: ties go to 4; 4 rows each: 2 threads
+    EXPECT_EQ(c.threads_for(2, 1), 1);
+    EXPECT_EQ(c.threads_for(40, 8), 2);
+    EXPECT_EQ(plain.threads_for(8, 4), 0);
 }
 
 TEST(adaptive_budget, picks_zero_when_drafts_are_worthless) {
@@ -125,7 +175,7 @@ TEST(adaptive_budget, drafting_time_is_paid_once_per_step) {
         adaptive_budget_params no_explore;
         no_explore.explore_obs = 0;
         adaptive_budget b(k_cpu, no_explore), bare(k_cpu, no_explore);
-        b.observe_step(1, 10, k_cpu.predict_us(1, 10), 40.0);  // as predicted: no time correction
+        b.observe_step(1, 1, 10, k_cpu.predict_us(1, 10), 40.0);  // as predicted: no time correction
         const draft_tree t = chain(40, p);
         const int        n = choose_one(b, t);
         double           best = 1 / k_cpu.predict_us(1, 10), e = 1;
@@ -168,7 +218,7 @@ TEST(adaptive_budget, backs_off_costly_drafting_when_it_does_not_pay) {
     for (int step = 0; step < 200; ++step) {
         if (!b.want_draft()) continue;
         ++drafted_steps;
-        b.observe_step(1, 10, 77.0, 10.0);  // drafting costs 13% of a plain step
+        b.observe_step(1, 1, 10, 77.0, 10.0);  // drafting costs 13% of a plain step
         const draft_tree t = chain(8, 0.05f);
         const std::int32_t n = choose_one(b, t);
         b.observe_acceptance(t, n, {});
@@ -186,7 +236,7 @@ TEST(adaptive_budget, cheap_drafting_never_backs_off_and_explores_rarely) {
     for (int step = 0; step < 1000; ++step) {
         if (!b.want_draft()) continue;
         ++drafted_steps;
-        b.observe_step(1, 10, 77.0, 0.1);
+        b.observe_step(1, 1, 10, 77.0, 0.1);
         const draft_tree t = chain(8, 0.3f);
         const std::int32_t n = choose_one(b, t);
         verified_rows += n;
@@ -203,7 +253,7 @@ TEST(adaptive_budget, probes_again_after_backing_off) {
     int probes = 0;
     for (int step = 0; step < 2000; ++step) {
         const bool drafting = b.want_draft();
-        if (drafting) b.observe_step(1, 10, 77.0, 10.0);
+        if (drafting) b.observe_step(1, 1, 10, 77.0, 10.0);
         const draft_tree t = drafting ? chain(8, 0.05f) : draft_tree{};
         probes += drafting;
         const std::int32_t n = choose_one(b, t);
@@ -244,12 +294,12 @@ TEST(adaptive_budget, calibration_learned_at_depth_one_applies_at_every_depth) {
 
 TEST(adaptive_budget, online_correction_tracks_measured_time) {
     adaptive_budget b(k_cpu);
-    for (int i = 0; i < 400; ++i) b.observe_step(8, 10, 2 * 238.0, 0);
+    for (int i = 0; i < 400; ++i) b.observe_step(8, 1, 10, 2 * 238.0, 0);
     EXPECT_NEAR(b.predict_us(8, 10), 2 * 238.0, 5.0);
     // A size not observed yet follows the shared correction (the machine got slower overall)...
     EXPECT_NEAR(b.predict_us(1, 10), 2 * 77.0, 2.0);
     // ...until it is measured itself.
-    for (int i = 0; i < 400; ++i) b.observe_step(1, 10, 77.0, 0);
+    for (int i = 0; i < 400; ++i) b.observe_step(1, 1, 10, 77.0, 0);
     EXPECT_NEAR(b.predict_us(1, 10), 77.0, 2.0);
     EXPECT_NEAR(b.predict_us(8, 10), 2 * 238.0, 5.0);
 }
@@ -271,7 +321,8 @@ TEST(adaptive_budget, batch_of_requests_shares_one_forward_pass) {
 // Equal chain lengths for every request (chains in separate sequences): k must maximise the batch's expected rate
 // when every request pays for k rows, whichever requests have drafts that long; worthless drafts give 0.
 TEST(adaptive_budget, equal_chain_length_maximises_the_batch_rate) {
-    for (const cost_table * c : {&k_cpu, &k_gpu}) {
+    const cost_table grid = with_grid();
+    for (const cost_table * c : {&k_cpu, &k_gpu, &grid}) {
         for (float p_good : {0.5f, 0.8f, 0.95f}) {
             adaptive_budget_params no_explore;
             no_explore.explore_obs = 0;
@@ -291,10 +342,10 @@ TEST(adaptive_budget, equal_chain_length_maximises_the_batch_rate) {
                     if (kk > 0 && kk <= (int) trees[i].size()) e += trees[i].scores[kk - 1];
                     rows += 1 + std::min(kk, qs[i].n_max);
                 }
-                const double rate = e / c->predict_us(rows, 10);
+                const double rate = e / c->predict_batch_us(4, rows, 10);
                 if (rate > best + 1e-12) { best = rate; best_k = kk; }
             }
-            EXPECT_EQ(k, best_k) << "p " << p_good << (c == &k_cpu ? " cpu" : " gpu");
+            EXPECT_EQ(k, best_k) << "p " << p_good << (c == &k_cpu ? " cpu" : c == &k_gpu ? " gpu" : " grid");
         }
     }
     adaptive_budget worthless(k_cpu);
@@ -302,6 +353,37 @@ TEST(adaptive_budget, equal_chain_length_maximises_the_batch_rate) {
     std::vector<budget_query> qs;
     for (auto & t : trees) qs.push_back({&t, 10, 16});
     EXPECT_EQ(worthless.choose_equal(qs), 0);
+}
+
+// The batch grid decides what equal chains cost: on stories260K a second row per request costs less than the first
+// (4 requests: 0.69 ms with one row each, 0.57 with two), though t(8 rows) of one request's chain is 1.8x t(4).
+TEST(adaptive_budget, equal_chains_are_priced_from_the_batch_grid) {
+    adaptive_budget_params no_explore;
+    no_explore.explore_obs = 0;
+    cost_table one = with_grid();
+    one.batches.clear();
+    adaptive_budget with(with_grid(), no_explore), without(one, no_explore);
+    std::vector<draft_tree>   trees(4, chain(8, 0.6f));
+    std::vector<budget_query> qs;
+    for (auto & t : trees) qs.push_back({&t, 10, 8});
+    EXPECT_EQ(with.choose_equal(qs), 1);
+    EXPECT_EQ(without.choose_equal(qs), 0);
+}
+
+TEST(adaptive_budget, batched_passes_correct_their_own_grid_points) {
+    adaptive_budget b(with_grid());
+    // One request's 8-row passes as predicted, then 4 requests' 8-row passes at twice the grid's time.
+    for (int i = 0; i < 400; ++i) b.observe_step(8, 1, 10, 529.0, 0);
+    for (int i = 0; i < 400; ++i) b.observe_step(8, 4, 10, 2 * 569.0, 0);
+    EXPECT_NEAR(b.predict_us(8, 10, 4), 2 * 569.0, 2 * 569.0 * 0.05);
+    EXPECT_NEAR(b.predict_us(8, 10, 1), 529.0, 529.0 * 0.05);
+    // A change of request count at the same rows is a change of shape (llama.cpp rebuilds its graph).
+    cost_table r = with_grid();
+    r.rebuild_us = 100;
+    adaptive_budget c(r);
+    c.observe_step(8, 4, 10, 569 + 100, 0);
+    EXPECT_NEAR(c.step_us(8, 10, 4), 569, 1e-6);
+    EXPECT_NEAR(c.step_us(8, 10, 2), r.predict_batch_us(2, 8, 10) + 100, 1e-6);
 }
 
 // stories260K on one CPU thread, measured: 2 rows cost less than 1 (ggml's sgemm needs 2+ rows; one row takes
@@ -348,7 +430,7 @@ TEST(adaptive_budget, keeps_the_last_shape_when_a_rebuild_costs_more_than_rows) 
     fresh.choose({&q, 1}, {&n, 1});
     EXPECT_EQ(n, 1);
     adaptive_budget after4(c, no_explore);
-    after4.observe_step(4, 10, 130 + 80, 0);  // as predicted (the first pass is a rebuild): no correction
+    after4.observe_step(4, 1, 10, 130 + 80, 0);  // as predicted (the first pass is a rebuild): no correction
     after4.choose({&q, 1}, {&n, 1});
     EXPECT_EQ(n, 3);
     EXPECT_NEAR(after4.step_us(4, 10), 130, 1e-9);
@@ -473,6 +555,41 @@ TEST(calibrate_cost, picks_the_faster_thread_count_per_size) {
     EXPECT_EQ(m.seen[0].second, 2) << "the calibration leaves the context's own thread count set";
 }
 
+TEST(calibrate_cost, measures_the_batch_grid_for_chains_over_several_slots) {
+    rest_test::fake_target f(50, 600, 5, 3);
+    f.chains_only_ = true;
+    threaded_target  m(f);
+    calibrate_params p;
+    p.n_reps = 2;
+    const cost_table t = calibrate_cost(m, 0, p);
+    ASSERT_TRUE(t.valid());
+    // Request counts 2, 4 (powers of two below the slots) and the slots themselves.
+    ASSERT_EQ(t.batches.size(), 3u);
+    EXPECT_EQ(t.batches[0].requests, 2);
+    EXPECT_EQ(t.batches[1].requests, 4);
+    EXPECT_EQ(t.batches[2].requests, 5);
+    for (const auto & b : t.batches) {
+        ASSERT_FALSE(b.per.empty());
+        EXPECT_EQ(b.per.front(), 1);
+        EXPECT_EQ(b.threads.front(), 2) << "one row each keeps the context's count, as plain decoding";
+        for (size_t i = 0; i < b.per.size(); ++i) {
+            // The fake: one thread takes 100 us up to 8 rows per pass and 3000 beyond; two threads 600.
+            const bool one = b.per[i] > 1 && b.requests * b.per[i] <= 8;
+            EXPECT_EQ(b.threads[i], one ? 1 : 2) << b.requests << " x " << b.per[i];
+            EXPECT_LT(b.t_us[i], one ? 500 : 2500) << b.requests << " x " << b.per[i];
+        }
+    }
+    for (std::int32_t s = 0; s < f.n_slots(); ++s) EXPECT_EQ(f.n_past(s), 0) << "slot " << s << " left clean";
+    EXPECT_EQ(cost_table::parse(t.serialize()).serialize(), t.serialize());
+
+    // Trees share one pass however many requests there are, and one slot has no batches: no grid.
+    rest_test::fake_target trees(50, 600, 4, 3), single(50, 600, 1, 3);
+    single.chains_only_ = true;
+    p.n_reps            = 1;
+    EXPECT_TRUE(calibrate_cost(trees, 0, p).batches.empty());
+    EXPECT_TRUE(calibrate_cost(single, 0, p).batches.empty());
+}
+
 TEST(decoder, padding_stays_within_one_pass) {
     // Padding to a fixed 8 would need 9 rows; the model takes 5 per pass: no padding (real nodes only), lossless.
     rest_test::fake_target spec_m(40, 400, 1, 11);
@@ -577,31 +694,40 @@ TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
     }
     EXPECT_GT(one_thread, 0);
 
-    // Two requests in one pass: the table measured one request's chains, so the context's own count.
-    rest_test::fake_target f2(40, 400, 2, 5);
-    f2.chains_only_ = true;
-    threaded_target           m2(f2);
-    adaptive_budget           b2(c);
-    rest_test::oracle_drafter d1(f2, 9, 0.8, 0, 8), d2(f2, 10, 0.8, 0, 8);
-    greedy_sampler            s1, s2;
-    request                   r1, r2;
-    for (request * q : {&r1, &r2}) {
-        q->params.n_predict   = 30;
-        q->params.n_draft_max = 8;
+    // Two requests in one pass: the batch grid's count for the rows each has; without a grid, the context's own.
+    cost_table g = c;
+    g.batches    = {{2, {1, 2, 4}, {500, 180, 900}, {2, 1, 2}}};
+    for (const cost_table * t : {&c, &g}) {
+        rest_test::fake_target f2(40, 400, 2, 5);
+        f2.chains_only_ = true;
+        threaded_target           m2(f2);
+        adaptive_budget           b2(*t);
+        rest_test::oracle_drafter d1(f2, 9, 0.8, 0, 8), d2(f2, 10, 0.8, 0, 8);
+        greedy_sampler            s1, s2;
+        request                   r1, r2;
+        for (request * q : {&r1, &r2}) {
+            q->params.n_predict   = 30;
+            q->params.n_draft_max = 8;
+        }
+        r1.sampler = &s1;
+        r2.sampler = &s2;
+        r1.draft   = &d1;
+        r2.draft   = &d2;
+        r2.slot    = 1;
+        decoder                     dec(m2, &b2);
+        const std::vector<token_id> prompt = {1, 2, 3};
+        dec.start(r1, prompt);
+        dec.start(r2, prompt);
+        request * both[] = {&r1, &r2};
+        while (!r1.done() && !r2.done()) dec.step(both);
+        ASSERT_FALSE(m2.seen.empty());
+        int one_thread = 0;
+        for (const auto & [rows, threads] : m2.seen) {
+            EXPECT_EQ(threads, t == &c ? 2 : g.threads_for(rows, 2)) << rows;
+            one_thread += threads == 1;
+        }
+        if (t == &g) EXPECT_GT(one_thread, 0);
     }
-    r1.sampler = &s1;
-    r2.sampler = &s2;
-    r1.draft   = &d1;
-    r2.draft   = &d2;
-    r2.slot    = 1;
-    decoder                     dec(m2, &b2);
-    const std::vector<token_id> prompt = {1, 2, 3};
-    dec.start(r1, prompt);
-    dec.start(r2, prompt);
-    request * both[] = {&r1, &r2};
-    while (!r1.done() && !r2.done()) dec.step(both);
-    ASSERT_FALSE(m2.seen.empty());
-    for (const auto & [rows, threads] : m2.seen) EXPECT_EQ(threads, 2) << rows;
 }
 
 TEST(adaptive_budget, decoder_with_worthless_drafts_stays_near_plain) {

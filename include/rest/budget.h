@@ -4,6 +4,7 @@
 
 #include "rest/draft-tree.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -43,9 +44,11 @@ class budget_policy {
         return 0;
     }
     // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;
-    // t_draft_us is what drafting cost this step, over all requests.
-    virtual void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
-        (void) n_rows; (void) n_past; (void) t_us; (void) t_draft_us;
+    // t_draft_us is what drafting cost this step, over all requests. n_equal: the number of requests when the pass
+    // was choose_equal()'s (equal chains in separate sequences), else 1.
+    virtual void observe_step(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_past, double t_us,
+                              double t_draft_us) {
+        (void) n_rows; (void) n_equal; (void) n_past; (void) t_us; (void) t_draft_us;
     }
     // Feedback per request: the first n_verified nodes of tree were verified and `path` (root's child first) was
     // accepted.

@@ -38,12 +38,32 @@ struct cost_table {
     std::size_t  nearest(std::int32_t n_rows) const;
     // The thread count measured fastest at the nearest size (0: the context's own).
     std::int32_t threads_for(std::int32_t n_rows) const;
-    // The same for a pass over n_requests requests. The table was measured on one request's chains; a batch of
-    // several requests splits its work per sequence, so it keeps the context's own count.
-    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const {
-        return n_requests == 1 ? threads_for(n_rows) : 0;
-    }
-    // One-line text form for the on-disk cache: "rest-cost 3 <attn_us> <rebuild_us> <n> rows... t_us... threads...".
+    // The same for a pass over n_requests requests, each a chain of about n_rows / n_requests rows: the batch grid's
+    // count when it was measured, else the context's own (0).
+    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const;
+
+    // Passes over several requests, each verifying a chain of the same number of rows: the chain layout's batched
+    // steps, every request's rows in its own sequence. They do not cost t(total rows): llama.cpp computes
+    // attention per sequence, which dominates on small models. stories260K, 4 requests, measured: one row each
+    // 0.69 ms (2 threads), two rows each 0.64 ms (1 thread), while one request's 8-row chain takes 0.52 ms.
+    struct batch_costs {
+        std::int32_t              requests = 0;  // >= 2
+        std::vector<std::int32_t> per;           // rows per request, increasing from 1
+        std::vector<double>       t_us;          // steady shape, short context
+        std::vector<std::int32_t> threads;       // fastest count at each (0: the context's own)
+    };
+    std::vector<batch_costs> batches;  // increasing requests; empty: such passes are priced as t(total rows)
+
+    // A pass of n_rows rows over n_requests equal chains: from the batch grid (linear in rows per request and in
+    // requests, one request being the table above; past the largest measured count, proportional to requests),
+    // or t(n_rows) without one.
+    double predict_batch_us(std::size_t n_requests, std::int32_t n_rows, std::int32_t n_past) const;
+    // Index into batches of the measured request count nearest to n_requests (ties: the larger), and within it the
+    // nearest rows per request; {batches.size(), 0} without a grid or for one request.
+    std::pair<std::size_t, std::size_t> nearest_batch(std::size_t n_requests, std::int32_t n_rows) const;
+
+    // One-line text form for the on-disk cache: "rest-cost 4 <attn_us> <rebuild_us> <n> rows... t_us... threads...
+    // <n_batches> then per batch <requests> <m> per... t_us... threads...".
     // parse() returns an invalid table for anything malformed or older (the cache is then simply re-measured).
     std::string        serialize() const;
     static cost_table  parse(const std::string & text);
@@ -60,6 +80,10 @@ struct calibrate_params {
     double                    drop_slower = 1.5;
     std::int32_t              n_past_long = 256;  // second context fill, to fit attn_us
     double                    max_seconds = 20;   // stop adding sizes once calibration has taken this long
+    // Batched passes (chain layout, several slots): rows per request, and their own time budget. Request counts:
+    // 2, 4, 8, ... below the context's slots, and the slots themselves.
+    std::vector<std::int32_t> per = {1, 2, 3, 4, 6, 8};
+    double                    max_seconds_batches = 20;
 };
 
 // Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
@@ -79,7 +103,11 @@ class fixed_budget final : public budget_policy {
 };
 
 // Measures t(rows) on `slot` of the model with throwaway chain drafts, then clears the slot. The slot must be idle.
+// A context with several slots that verifies chains (target_model::trees() false) also gets the batch grid, measured
+// on slots 0.. of each request count, which must then all be idle; they are cleared too.
 cost_table calibrate_cost(target_model & model, std::int32_t slot, const calibrate_params & params = {});
+// The batch grid alone (part of calibrate_cost), into table.batches; table.rows must hold the one-request sizes.
+void calibrate_batches(target_model & model, cost_table & table, const calibrate_params & params = {});
 
 struct adaptive_budget_params {
     std::int32_t n_max = 64;            // hard cap on nodes per request
@@ -117,7 +145,8 @@ class adaptive_budget final : public budget_policy {
     std::int32_t draft_nodes_hint() const override;
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
-    void observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) override;
+    void observe_step(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_past, double t_us,
+                      double t_draft_us) override;
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
     }
@@ -129,12 +158,13 @@ class adaptive_budget final : public budget_policy {
     double calibrated(float score, std::uint8_t sources) const;
     // Path probabilities of every node of t: products of calibrated() along each path.
     std::vector<double> path_probabilities(const draft_tree & t) const;
-    // Predicted forward-pass time including the online correction, steady shape.
-    double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
-    // The same plus the graph rebuild if n_rows differs from the last observed pass.
-    double step_us(std::int32_t n_rows, std::int32_t n_past) const;
+    // Predicted forward-pass time including the online correction, steady shape. n_equal as in observe_step():
+    // a pass of several requests' equal chains is priced from the table's batch grid.
+    double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    // The same plus the graph rebuild if the shape (rows, or requests of equal chains) differs from the last pass.
+    double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
     // A whole drafting step of n_rows: step_us times the guard's factor, plus drafting.
-    double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate) const;
+    double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate, std::size_t n_equal = 1) const;
     // The guard's current cost factor for drafting configurations of a batch of nq requests (1: none).
     double draft_cost_factor(std::size_t nq) const { return guard_[std::min<std::size_t>(nq, k_guards - 1)].inflate; }
     const cost_table & table() const { return table_; }
@@ -181,12 +211,16 @@ class adaptive_budget final : public budget_policy {
     cost_table                              table_;
     adaptive_budget_params                  params_;
     std::vector<double>                     correction_;  // measured/predicted per table size, EMA (0: unobserved)
+    std::vector<std::vector<double>>        correction_batch_;  // the same per point of the batch grid
     double                                  correction_all_ = 1.0;  // the same over all sizes
     std::array<std::array<bin, k_bins>, 8>  calib_{};     // [source mask][score bin]
     double                                  t_draft_us_ = 0;  // EMA of drafting time per step
     std::int32_t                            n_zero_ = 0;      // consecutive steps that chose no draft at all
     std::int32_t                            skip_ = 0;        // steps left before drafting again
     std::int32_t                            last_rows_ = 0;   // rows of the last observed pass (0: none yet)
+    std::size_t                             last_equal_ = 1;  // its n_equal
+    double &     correction_for(std::int32_t n_rows, std::size_t n_equal);  // the EMA slot of this shape
+    double       correction_of(std::int32_t n_rows, std::size_t n_equal) const;
     static constexpr std::size_t            k_recent = 32;
     std::array<std::int32_t, k_recent>      recent_{};        // most nodes chosen for a request, last steps (ring)
     std::size_t                             recent_at_ = 0;

@@ -7,24 +7,37 @@ namespace rest {
 
 adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params) :
     table_(std::move(table)), params_(params), correction_(std::max<size_t>(1, table_.rows.size()), 0.0) {
+    for (const auto & b : table_.batches) correction_batch_.emplace_back(std::max<size_t>(1, b.per.size()), 0.0);
 }
 
-double adaptive_budget::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
-    // A size never observed since start-up takes the correction all sizes share (e.g. a machine busier now than
+double & adaptive_budget::correction_for(std::int32_t n_rows, std::size_t n_equal) {
+    const auto [b, r] = table_.nearest_batch(n_equal, n_rows);
+    return b < correction_batch_.size() ? correction_batch_[b][r] : correction_[table_.nearest(n_rows)];
+}
+
+double adaptive_budget::correction_of(std::int32_t n_rows, std::size_t n_equal) const {
+    // A shape never observed since start-up takes the correction all shapes share (e.g. a machine busier now than
     // at calibration), so one stale entry cannot keep drafting switched off.
-    const double c = correction_[table_.nearest(n_rows)];
-    return table_.predict_us(n_rows, n_past) * (c > 0 ? c : correction_all_);
+    const auto [b, r] = table_.nearest_batch(n_equal, n_rows);
+    const double c = b < correction_batch_.size() ? correction_batch_[b][r] : correction_[table_.nearest(n_rows)];
+    return c > 0 ? c : correction_all_;
 }
 
-double adaptive_budget::step_us(std::int32_t n_rows, std::int32_t n_past) const {
-    return predict_us(n_rows, n_past) + (n_rows != last_rows_ ? table_.rebuild_us * correction_all_ : 0.0);
+double adaptive_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+    return table_.predict_batch_us(n_equal, n_rows, n_past) * correction_of(n_rows, n_equal);
 }
 
-double adaptive_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate) const {
+double adaptive_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+    const bool same = n_rows == last_rows_ && n_equal == last_equal_;
+    return predict_us(n_rows, n_past, n_equal) + (same ? 0.0 : table_.rebuild_us * correction_all_);
+}
+
+double adaptive_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, double inflate,
+                                         std::size_t n_equal) const {
     // Drafting is paid once per step whatever the step's size: leaving it out would favour the cheapest passes over
     // longer drafts that amortise it over more tokens. (The walk after the pass, sampling and compaction, grows
     // with the tokens emitted and costs plain decoding the same per token, so it does not change the choice.)
-    return step_us(n_rows, n_past) * inflate + t_draft_us_;
+    return step_us(n_rows, n_past, n_equal) * inflate + t_draft_us_;
 }
 
 double adaptive_budget::calibrated(float score, std::uint8_t sources) const {
@@ -171,7 +184,7 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
     // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
     // pass per distinct row count.
     double       expected  = (double) nq;
-    const double t_plain   = step_us((std::int32_t) nq, p);
+    const double t_plain   = step_us((std::int32_t) nq, p, nq);
     const double inflate   = draft_cost_factor(nq);
     double       best_rate = expected / t_plain;
     std::int32_t rows_best = (std::int32_t) nq, k_best = 0;
@@ -181,7 +194,7 @@ std::int32_t adaptive_budget::choose_equal(std::span<const budget_query> qs) {
             if (k <= lim[i]) expected += prob[i][k - 1];
             rows += 1 + (std::int32_t) std::min(k, b.cap[i]);
         }
-        const double rate = expected / drafting_step_us(rows, p, inflate);
+        const double rate = expected / drafting_step_us(rows, p, inflate, nq);
         if (rate > best_rate) {
             best_rate = rate;
             rows_best = rows;
@@ -243,11 +256,15 @@ std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<con
     return {ex, k};
 }
 
-void adaptive_budget::observe_step(std::int32_t n_rows, std::int32_t n_past, double t_us, double t_draft_us) {
-    const double base = table_.predict_us(n_rows, n_past) + (n_rows != last_rows_ ? table_.rebuild_us : 0.0);
+void adaptive_budget::observe_step(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_past, double t_us,
+                                   double t_draft_us) {
+    n_equal           = std::max<std::size_t>(1, n_equal);
+    const bool   same = n_rows == last_rows_ && n_equal == last_equal_;
+    const double base = table_.predict_batch_us(n_equal, n_rows, n_past) + (same ? 0.0 : table_.rebuild_us);
     last_rows_        = n_rows;
+    last_equal_       = n_equal;
     if (base > 0 && t_us > 0) {
-        double & c = correction_[table_.nearest(n_rows)];
+        double & c = correction_for(n_rows, n_equal);
         if (c <= 0) c = correction_all_;
         // Clamp single observations so one preempted step cannot swing the model.
         const double ratio = std::clamp(t_us / base, 0.25 * c, 4.0 * c);

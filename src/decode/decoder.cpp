@@ -255,7 +255,8 @@ void decoder::step(std::span<request * const> requests) {
     }
     const double t_verify = now_us() - t_dec0;
     if (policy_) {
-        policy_->observe_step(rows, (std::int32_t) (past_sum / (std::int64_t) live_.size()), t_verify, t_draft);
+        policy_->observe_step(rows, equal_rows ? live_.size() : 1, (std::int32_t) (past_sum / (std::int64_t) live_.size()),
+                              t_verify, t_draft);
     }
 
     // 4. Walk each tree: sample once per visited node, follow the child drafted with the sampled token.
