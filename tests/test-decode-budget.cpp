@@ -5,6 +5,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 
 using namespace rest;
 
@@ -497,7 +498,11 @@ TEST(calibrate_cost, produces_a_valid_table_on_a_fake_model) {
 // batches and slow for large ones, as ggml behaves on tiny models. It records the thread count of every decode.
 class threaded_target final : public target_model {
   public:
-    explicit threaded_target(rest_test::fake_target & f) : f_(f) {}
+    // cost(rows, threads): microseconds a decode takes. Default: one thread is fast up to 8 rows, slow beyond.
+    explicit threaded_target(rest_test::fake_target & f, std::function<double(int, int)> cost = nullptr) :
+        f_(f), cost_(cost ? std::move(cost) : [](int rows, int threads) {
+            return threads == 1 ? (rows <= 8 ? 100.0 : 3000.0) : 600.0;
+        }) {}
     std::int32_t n_vocab() const override { return f_.n_vocab(); }
     std::int32_t n_slots() const override { return f_.n_slots(); }
     std::int32_t n_ctx_slot() const override { return f_.n_ctx_slot(); }
@@ -511,7 +516,7 @@ class threaded_target final : public target_model {
         int rows = 0;
         for (const auto & r : reqs) rows += 1 + (int) r.tokens.size();
         seen.emplace_back(rows, threads_);
-        const double us = threads_ == 1 ? (rows <= 8 ? 100 : 3000) : 600;
+        const double us = cost_(rows, threads_);
         const auto   t0 = std::chrono::steady_clock::now();
         while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < us) {
         }
@@ -525,8 +530,9 @@ class threaded_target final : public target_model {
     std::vector<std::pair<int, int>> seen;  // (rows, threads) per decode()
 
   private:
-    rest_test::fake_target & f_;
-    std::int32_t             threads_ = 2;
+    rest_test::fake_target &         f_;
+    std::function<double(int, int)>  cost_;
+    std::int32_t                     threads_ = 2;
 };
 
 TEST(calibrate_cost, picks_the_faster_thread_count_per_size) {
@@ -581,6 +587,17 @@ TEST(calibrate_cost, measures_the_batch_grid_for_chains_over_several_slots) {
     }
     for (std::int32_t s = 0; s < f.n_slots(); ++s) EXPECT_EQ(f.n_past(s), 0) << "slot " << s << " left clean";
     EXPECT_EQ(cost_table::parse(t.serialize()).serialize(), t.serialize());
+
+    // Where a pass costs what its total rows cost (weight-bound models), the grid stops after two rows per request.
+    rest_test::fake_target lf(50, 600, 4, 3);
+    lf.chains_only_ = true;
+    threaded_target  linear(lf, [](int rows, int) { return 100.0 * rows; });
+    calibrate_params pl = p;
+    pl.n_block          = 6;  // 5 timings per shape: a preempted one cannot pass for the shape's cost
+    const cost_table lt = calibrate_cost(linear, 0, pl);
+    ASSERT_EQ(lt.batches.size(), 2u);
+    for (const auto & b : lt.batches) EXPECT_EQ(b.per, (std::vector<std::int32_t>{1, 2})) << b.requests;
+    EXPECT_NEAR(lt.predict_batch_us(4, 24, 0), lt.predict_us(24, 0), 0.2 * lt.predict_us(24, 0));
 
     // Trees share one pass however many requests there are, and one slot has no batches: no grid.
     rest_test::fake_target trees(50, 600, 4, 3), single(50, 600, 1, 3);

@@ -84,6 +84,9 @@ struct calibrate_params {
     // 2, 4, 8, ... below the context's slots, and the slots themselves.
     std::vector<std::int32_t> per = {1, 2, 3, 4, 6, 8};
     double                    max_seconds_batches = 20;
+    // Once one and two rows per request cost t(total rows) within this fraction at every request count, longer
+    // chains are not measured (weight-bound models, where the grid would only repeat the one-request table).
+    double                    grid_agree = 0.15;
 };
 
 // Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
