@@ -74,7 +74,7 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
             std::fprintf(stderr, "rest:   %d requests, rows each:", b.requests);
             for (size_t i = 0; i < b.per.size(); ++i) {
                 std::fprintf(stderr, " t(%d)=%.3fms", b.per[i], b.t_us[i] / 1000);
-                if (b.threads[i] > 0) std::fprintf(stderr, "/%dt", b.threads[i]);
+                if (i < b.threads.size() && b.threads[i] > 0) std::fprintf(stderr, "/%dt", b.threads[i]);
             }
             std::fprintf(stderr, "\n");
         }

@@ -79,6 +79,13 @@ TEST(cost_table, serializes_and_rejects_garbage) {
     EXPECT_EQ(grid.batches[0].threads, (std::vector<std::int32_t>{2, 1}));
     EXPECT_EQ(grid.batches[1].t_us, (std::vector<double>{20}));
     EXPECT_EQ(cost_table::parse(grid.serialize()).serialize(), grid.serialize());
+    // Hand-built grids are checked as parsed ones: rows per request from 1, increasing, a time each.
+    for (const cost_table::batch_costs & b : std::vector<cost_table::batch_costs>{
+             {2, {}, {}, {}}, {2, {2}, {5}, {}}, {2, {1, 2}, {5}, {}}, {2, {1, 1}, {5, 5}, {}}, {1, {1}, {5}, {}}}) {
+        cost_table bad = k_cpu;
+        bad.batches    = {b};
+        EXPECT_FALSE(bad.valid()) << b.requests << " requests, " << b.per.size() << " rows";
+    }
     for (const char * bad : {"", "rest-cost 4 0 1 1 5 0", "rest-cost 4 0 0 2 1 2 5 6 1 0", "rest-cost 4 0 0 1 2 5 1 0",
                              "rest-cost 4 -1 0 1 1 5 1 0", "rest-cost 4 0 -1 1 1 5 1 0", "nonsense",
                              "rest-cost 4 0 0 1 1 -3 1 0", "rest-cost 4 0 0 1 1 5 -1 0", "rest-cost 4 0 0 1 1 5 1",
@@ -86,7 +93,8 @@ TEST(cost_table, serializes_and_rejects_garbage) {
                              // batch grids: requests must exceed 1 and grow; rows per request start at 1
                              "rest-cost 4 0 0 1 1 5 1 1 1 1 1 5 1", "rest-cost 4 0 0 1 1 5 1 2 4 1 1 5 1 2 1 1 5 1",
                              "rest-cost 4 0 0 1 1 5 1 1 2 1 2 5 1", "rest-cost 4 0 0 1 1 5 1 1 2 1 1 0 1",
-                             "rest-cost 4 0 0 1 1 5 1 1 2 2 1 2 5",
+                             "rest-cost 4 0 0 1 1 5 1 1 2 2 1 2 5", "rest-cost 4 0 0 1 1 5 1 1 2 2 1 1 5 5 1 1",
+                             "rest-cost 4 0 0 2 1 1 5 5 1 1 0",
                              // older caches (no rebuild cost, no threads, no batch grid): re-measured
                              "rest-cost 1 0 1 1 5", "rest-cost 2 0 0 1 1 5", "rest-cost 3 0 0 1 1 5 1"}) {
         EXPECT_FALSE(cost_table::parse(bad).valid()) << bad;
@@ -516,6 +524,7 @@ class threaded_target final : public target_model {
         int rows = 0;
         for (const auto & r : reqs) rows += 1 + (int) r.tokens.size();
         seen.emplace_back(rows, threads_);
+        requests_seen.push_back((int) reqs.size());
         const double us = cost_(rows, threads_);
         const auto   t0 = std::chrono::steady_clock::now();
         while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < us) {
@@ -527,7 +536,8 @@ class threaded_target final : public target_model {
     void clear(std::int32_t slot) override { f_.clear(slot); }
     std::int64_t n_forward() const override { return f_.n_forward(); }
 
-    std::vector<std::pair<int, int>> seen;  // (rows, threads) per decode()
+    std::vector<std::pair<int, int>> seen;           // (rows, threads) per decode()
+    std::vector<int>                 requests_seen;  // requests per decode()
 
   private:
     rest_test::fake_target &         f_;
@@ -587,6 +597,19 @@ TEST(calibrate_cost, measures_the_batch_grid_for_chains_over_several_slots) {
     }
     for (std::int32_t s = 0; s < f.n_slots(); ++s) EXPECT_EQ(f.n_past(s), 0) << "slot " << s << " left clean";
     EXPECT_EQ(cost_table::parse(t.serialize()).serialize(), t.serialize());
+    ASSERT_EQ(m.seen.size(), m.requests_seen.size());
+    int batched = 0;
+    for (size_t i = 0; i < m.seen.size(); ++i) {
+        if (m.requests_seen[i] > 1 && m.seen[i].first == m.requests_seen[i]) {
+            EXPECT_EQ(m.seen[i].second, 2) << "one row each, " << m.requests_seen[i] << " requests";
+            ++batched;
+        }
+    }
+    EXPECT_GT(batched, 0);
+    m.seen.clear();
+    m.decode({});
+    ASSERT_EQ(m.seen.size(), 1u);
+    EXPECT_EQ(m.seen[0].second, 2) << "the calibration leaves the context's own thread count set";
 
     // Where a pass costs what its total rows cost (weight-bound models), the grid stops after two rows per request.
     rest_test::fake_target lf(50, 600, 4, 3);
@@ -711,40 +734,67 @@ TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
     }
     EXPECT_GT(one_thread, 0);
 
-    // Two requests in one pass: the batch grid's count for the rows each has; without a grid, the context's own.
+}
+
+// Requests on the given slots (caps: each one's n_draft_max), decoded together with a drafter each, passed to the
+// decoder in the given order; their outputs must be plain decoding's. Returns (rows, threads) per forward pass.
+std::vector<std::pair<int, int>> threads_of_requests(const cost_table & c, std::vector<std::int32_t> slots,
+                                                     std::vector<std::int32_t> caps, std::int32_t n_slots) {
+    rest_test::fake_target f(40, 400, n_slots, 5);
+    f.chains_only_ = true;
+    threaded_target m(f);
+    adaptive_budget b(c);
+    std::vector<std::unique_ptr<rest_test::oracle_drafter>> drafters;
+    std::vector<greedy_sampler> samplers(slots.size());
+    std::vector<request>        rs(slots.size());
+    decoder                     dec(m, &b);
+    const std::vector<token_id> prompt = {1, 2, 3};
+    std::vector<request *>      all;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        drafters.push_back(std::make_unique<rest_test::oracle_drafter>(f, 9 + i, 0.8, 0, 8));
+        rs[i].slot               = slots[i];
+        rs[i].params.n_predict   = 30;
+        rs[i].params.n_draft_max = caps[i];
+        rs[i].sampler            = &samplers[i];
+        rs[i].draft              = drafters[i].get();
+        dec.start(rs[i], prompt);
+        all.push_back(&rs[i]);
+    }
+    auto done = [&] { return std::any_of(rs.begin(), rs.end(), [](const request & r) { return r.done(); }); };
+    while (!done()) dec.step(all);
+    rest_test::fake_target plain_m(40, 400, 1, 5);
+    for (const request & r : rs) {
+        greedy_sampler s;
+        request        p;
+        p.params.n_predict = (std::int32_t) r.output.size();
+        p.sampler          = &s;
+        decoder(plain_m, nullptr).run(p, prompt);
+        EXPECT_EQ(r.output, p.output) << "slot " << r.slot;
+    }
+    return m.seen;
+}
+
+// A batched pass takes the grid's thread count only when llama.cpp runs it as the one pass the grid measured:
+// equal chains on consecutive slots. Otherwise some of its passes have a single row, which must stay on the
+// context's count (a request without drafts computes exactly as plain decoding).
+TEST(decoder, batched_passes_take_the_grid_threads_only_as_one_pass) {
+    cost_table c = table_of({1, 2, 4, 8}, {300, 100, 150, 250});
+    c.threads    = {2, 1, 1, 2};
     cost_table g = c;
     g.batches    = {{2, {1, 2, 4}, {500, 180, 900}, {2, 1, 2}}};
-    for (const cost_table * t : {&c, &g}) {
-        rest_test::fake_target f2(40, 400, 2, 5);
-        f2.chains_only_ = true;
-        threaded_target           m2(f2);
-        adaptive_budget           b2(*t);
-        rest_test::oracle_drafter d1(f2, 9, 0.8, 0, 8), d2(f2, 10, 0.8, 0, 8);
-        greedy_sampler            s1, s2;
-        request                   r1, r2;
-        for (request * q : {&r1, &r2}) {
-            q->params.n_predict   = 30;
-            q->params.n_draft_max = 8;
-        }
-        r1.sampler = &s1;
-        r2.sampler = &s2;
-        r1.draft   = &d1;
-        r2.draft   = &d2;
-        r2.slot    = 1;
-        decoder                     dec(m2, &b2);
-        const std::vector<token_id> prompt = {1, 2, 3};
-        dec.start(r1, prompt);
-        dec.start(r2, prompt);
-        request * both[] = {&r1, &r2};
-        while (!r1.done() && !r2.done()) dec.step(both);
-        ASSERT_FALSE(m2.seen.empty());
-        int one_thread = 0;
-        for (const auto & [rows, threads] : m2.seen) {
-            EXPECT_EQ(threads, t == &c ? 2 : g.threads_for(rows, 2)) << rows;
-            one_thread += threads == 1;
-        }
-        if (t == &g) EXPECT_GT(one_thread, 0);
+    // Without a grid: the context's count.
+    for (const auto & [rows, threads] : threads_of_requests(c, {0, 1}, {8, 8}, 2)) EXPECT_EQ(threads, 2) << rows;
+    // Equal chains on slots 1 and 0 (handed over in that order): the grid's counts, one row each on the context's.
+    int one_thread = 0;
+    for (const auto & [rows, threads] : threads_of_requests(g, {1, 0}, {8, 8}, 2)) {
+        EXPECT_EQ(threads, g.threads_for(rows, 2)) << rows;
+        if (rows == 2) EXPECT_EQ(threads, 2);
+        one_thread += threads == 1;
     }
+    EXPECT_GT(one_thread, 0);
+    // One request may not draft (its chain stays a root), or the slots are not consecutive: several passes.
+    for (const auto & [rows, threads] : threads_of_requests(g, {0, 1}, {8, 0}, 2)) EXPECT_EQ(threads, 2) << rows;
+    for (const auto & [rows, threads] : threads_of_requests(g, {0, 2}, {8, 8}, 3)) EXPECT_EQ(threads, 2) << rows;
 }
 
 TEST(adaptive_budget, decoder_with_worthless_drafts_stays_near_plain) {

@@ -45,7 +45,8 @@ class budget_policy {
     }
     // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;
     // t_draft_us is what drafting cost this step, over all requests. n_equal: the number of requests when the pass
-    // was choose_equal()'s (equal chains in separate sequences), else 1.
+    // was choose_equal()'s (equal chains in separate sequences) and ran as one pass; 1 for other single passes; 0
+    // when llama.cpp ran it as several (unequal chains, or slots not consecutive), whose time prices no one shape.
     virtual void observe_step(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_past, double t_us,
                               double t_draft_us) {
         (void) n_rows; (void) n_equal; (void) n_past; (void) t_us; (void) t_draft_us;

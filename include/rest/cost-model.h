@@ -30,10 +30,8 @@ struct cost_table {
 
     // Interpolated (linearly between measured sizes, extrapolated linearly past the last one); steady shape.
     double predict_us(std::int32_t n_rows, std::int32_t n_past) const;
-    bool   valid() const {
-        return !rows.empty() && rows.size() == t_us.size() && (threads.empty() || threads.size() == rows.size()) &&
-               rows.front() == 1;
-    }
+    // Sizes increasing from 1 with a time each (and a thread count each, if any), and so every row of the batch grid.
+    bool   valid() const;
     // Index of the measured size nearest to n_rows (ties: the larger); 0 for an empty table.
     std::size_t  nearest(std::int32_t n_rows) const;
     // The thread count measured fastest at the nearest size (0: the context's own).
@@ -45,7 +43,7 @@ struct cost_table {
     // Passes over several requests, each verifying a chain of the same number of rows: the chain layout's batched
     // steps, every request's rows in its own sequence. They do not cost t(total rows): llama.cpp computes
     // attention per sequence, which dominates on small models. stories260K, 4 requests, measured: one row each
-    // 0.69 ms (2 threads), two rows each 0.64 ms (1 thread), while one request's 8-row chain takes 0.52 ms.
+    // 0.69 ms (2 threads), two rows each 0.57 ms (1 thread), while one request's 8-row chain takes 0.53 ms.
     struct batch_costs {
         std::int32_t              requests = 0;  // >= 2
         std::vector<std::int32_t> per;           // rows per request, increasing from 1
@@ -222,8 +220,8 @@ class adaptive_budget final : public budget_policy {
     std::int32_t                            skip_ = 0;        // steps left before drafting again
     std::int32_t                            last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     std::size_t                             last_equal_ = 1;  // its n_equal
-    double &     correction_for(std::int32_t n_rows, std::size_t n_equal);  // the EMA slot of this shape
-    double       correction_of(std::int32_t n_rows, std::size_t n_equal) const;
+    const double & correction_slot(std::int32_t n_rows, std::size_t n_equal) const;  // the EMA of this shape
+    double         correction_of(std::int32_t n_rows, std::size_t n_equal) const;   // ... or the shared one
     static constexpr std::size_t            k_recent = 32;
     std::array<std::int32_t, k_recent>      recent_{};        // most nodes chosen for a request, last steps (ring)
     std::size_t                             recent_at_ = 0;

@@ -10,7 +10,7 @@ adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params
     for (const auto & b : table_.batches) correction_batch_.emplace_back(std::max<size_t>(1, b.per.size()), 0.0);
 }
 
-double & adaptive_budget::correction_for(std::int32_t n_rows, std::size_t n_equal) {
+const double & adaptive_budget::correction_slot(std::int32_t n_rows, std::size_t n_equal) const {
     const auto [b, r] = table_.nearest_batch(n_equal, n_rows);
     return b < correction_batch_.size() ? correction_batch_[b][r] : correction_[table_.nearest(n_rows)];
 }
@@ -18,8 +18,7 @@ double & adaptive_budget::correction_for(std::int32_t n_rows, std::size_t n_equa
 double adaptive_budget::correction_of(std::int32_t n_rows, std::size_t n_equal) const {
     // A shape never observed since start-up takes the correction all shapes share (e.g. a machine busier now than
     // at calibration), so one stale entry cannot keep drafting switched off.
-    const auto [b, r] = table_.nearest_batch(n_equal, n_rows);
-    const double c = b < correction_batch_.size() ? correction_batch_[b][r] : correction_[table_.nearest(n_rows)];
+    const double c = correction_slot(n_rows, n_equal);
     return c > 0 ? c : correction_all_;
 }
 
@@ -258,13 +257,12 @@ std::pair<std::size_t, std::int32_t> adaptive_budget::after_choice(std::span<con
 
 void adaptive_budget::observe_step(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_past, double t_us,
                                    double t_draft_us) {
-    n_equal           = std::max<std::size_t>(1, n_equal);
     const bool   same = n_rows == last_rows_ && n_equal == last_equal_;
     const double base = table_.predict_batch_us(n_equal, n_rows, n_past) + (same ? 0.0 : table_.rebuild_us);
     last_rows_        = n_rows;
     last_equal_       = n_equal;
-    if (base > 0 && t_us > 0) {
-        double & c = correction_for(n_rows, n_equal);
+    if (n_equal > 0 && base > 0 && t_us > 0) {
+        double & c = const_cast<double &>(correction_slot(n_rows, n_equal));  // the policy's own, non-const here
         if (c <= 0) c = correction_all_;
         // Clamp single observations so one preempted step cannot swing the model.
         const double ratio = std::clamp(t_us / base, 0.25 * c, 4.0 * c);

@@ -25,28 +25,36 @@ double fastest(const std::vector<double> & v) {
     return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
 }
 
-// Times one forward pass of a chain of n_rows - 1 draft nodes behind the root, then commits only the root.
-double time_rows(target_model & m, std::int32_t slot, std::int32_t n_rows, std::int32_t n_vocab) {
-    std::vector<token_id>     tokens(n_rows - 1);
-    std::vector<std::int32_t> parents(n_rows - 1), depths(n_rows - 1);
-    for (std::int32_t i = 0; i + 1 < n_rows; ++i) {
+// Times one forward pass of `requests` requests on slots first.., each a chain of per - 1 draft nodes behind its
+// root, then commits only the roots.
+double time_batch(target_model & m, std::int32_t first, std::int32_t requests, std::int32_t per, std::int32_t n_vocab) {
+    std::vector<token_id>     tokens(per - 1);
+    std::vector<std::int32_t> parents(per - 1), depths(per - 1);
+    for (std::int32_t i = 0; i + 1 < per; ++i) {
         tokens[i]  = (token_id) ((i * 7919 + 13) % n_vocab);
         parents[i] = i - 1;
         depths[i]  = i + 1;
     }
-    tree_request r;
-    r.slot    = slot;
-    r.root    = (token_id) (m.n_past(slot) % n_vocab);
-    r.tokens  = tokens;
-    r.parents = parents;
-    r.depths  = depths;
+    std::vector<tree_request> rs(requests);
+    for (std::int32_t k = 0; k < requests; ++k) {
+        rs[k].slot    = first + k;
+        rs[k].root    = (token_id) ((m.n_past(first + k) + k) % n_vocab);
+        rs[k].tokens  = tokens;
+        rs[k].parents = parents;
+        rs[k].depths  = depths;
+    }
     const double t0 = now_us();
-    if (m.decode({&r, 1}) != decode_status::ok) {
+    if (m.decode(rs) != decode_status::ok) {
         return -1;
     }
     const double dt = now_us() - t0;
-    m.commit(0, {});
+    for (std::int32_t k = 0; k < requests; ++k) m.commit(k, {});
     return dt;
+}
+
+// One request's chain of n_rows rows.
+double time_rows(target_model & m, std::int32_t slot, std::int32_t n_rows, std::int32_t n_vocab) {
+    return time_batch(m, slot, 1, n_rows, n_vocab);
 }
 
 void fill_context(target_model & m, std::int32_t slot, std::int32_t n, std::int32_t n_vocab) {
@@ -58,37 +66,28 @@ void fill_context(target_model & m, std::int32_t slot, std::int32_t n, std::int3
     m.prefill(slot, toks);
 }
 
-// Times one forward pass of `requests` requests (slots 0..requests-1), each a chain of per - 1 draft nodes behind its
-// root, then commits only the roots.
 // Whatever happens, calibration leaves the context on its own thread count.
 struct own_threads_at_exit {
     target_model & m;
     ~own_threads_at_exit() { m.set_decode_threads(0); }
 };
 
-double time_batch(target_model & m, std::int32_t requests, std::int32_t per, std::int32_t n_vocab) {
-    std::vector<token_id>     tokens(per - 1);
-    std::vector<std::int32_t> parents(per - 1), depths(per - 1);
-    for (std::int32_t i = 0; i + 1 < per; ++i) {
-        tokens[i]  = (token_id) ((i * 7919 + 13) % n_vocab);
-        parents[i] = i - 1;
-        depths[i]  = i + 1;
+// The thread counts each shape is timed with: [0] the context's own (0: it has none), then one thread for small
+// models (see calibrate_cost).
+std::vector<std::int32_t> thread_options(const target_model & m, const calibrate_params & p) {
+    std::vector<std::int32_t> options = {m.n_threads()};
+    if (p.try_one_thread && m.n_threads() > 1) options.push_back(1);
+    return options;
+}
+
+// Index of the option with the fastest steady timing among those tried ([0] always is).
+template <class Timings>
+std::size_t fastest_option(const std::vector<bool> & tried, const Timings & steady_of) {
+    std::size_t best = 0;
+    for (std::size_t o = 1; o < tried.size(); ++o) {
+        if (tried[o] && fastest(steady_of(o)) < fastest(steady_of(best))) best = o;
     }
-    std::vector<tree_request> rs(requests);
-    for (std::int32_t s = 0; s < requests; ++s) {
-        rs[s].slot    = s;
-        rs[s].root    = (token_id) ((m.n_past(s) + s) % n_vocab);
-        rs[s].tokens  = tokens;
-        rs[s].parents = parents;
-        rs[s].depths  = depths;
-    }
-    const double t0 = now_us();
-    if (m.decode(rs) != decode_status::ok) {
-        return -1;
-    }
-    const double dt = now_us() - t0;
-    for (std::int32_t s = 0; s < requests; ++s) m.commit(s, {});
-    return dt;
+    return best;
 }
 
 }  // namespace
@@ -115,8 +114,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     struct timing {
         std::vector<double> steady, changed;
     };
-    std::vector<std::int32_t>                  options = {m.n_threads()};  // [0]: the context's own (0: no threads)
-    if (p.try_one_thread && m.n_threads() > 1) options.push_back(1);
+    const std::vector<std::int32_t>            options = thread_options(m, p);
     std::vector<std::int32_t>                  sizes;
     std::vector<std::vector<timing>>           ts;     // [size][option]
     std::vector<bool>                          alive(options.size(), true);
@@ -175,10 +173,7 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     }
     std::vector<double> rebuilds;
     for (size_t i = 0; i < sizes.size(); ++i) {
-        std::size_t best = 0;
-        for (std::size_t o = 1; o < options.size(); ++o) {
-            if (tried[i][o] && fastest(ts[i][o].steady) < fastest(ts[i][best].steady)) best = o;
-        }
+        const std::size_t best = fastest_option(tried[i], [&](std::size_t o) -> const auto & { return ts[i][o].steady; });
         table.rows.push_back(sizes[i]);
         table.t_us.push_back(fastest(ts[i][best].steady));
         table.threads.push_back(options[best]);
@@ -232,8 +227,7 @@ void calibrate_batches(target_model & m, cost_table & table, const calibrate_par
     std::vector<std::int32_t> counts;
     for (std::int32_t s = 2; s < m.n_slots(); s *= 2) counts.push_back(s);
     counts.push_back(m.n_slots());
-    std::vector<std::int32_t> options = {m.n_threads()};
-    if (p.try_one_thread && m.n_threads() > 1) options.push_back(1);
+    const std::vector<std::int32_t> options = thread_options(m, p);
     auto over = [&] { return now_us() - t_start > p.max_seconds_batches * 1e6; };
 
     struct entry {
@@ -254,7 +248,7 @@ void calibrate_batches(target_model & m, cost_table & table, const calibrate_par
                     break;
                 }
             }
-            const double t = time_batch(m, n, e.per, n_vocab);
+            const double t = time_batch(m, 0, n, e.per, n_vocab);
             if (t <= 0) return false;
             if (k > 0) e.steady[o].push_back(t);
         }
@@ -265,11 +259,7 @@ void calibrate_batches(target_model & m, cost_table & table, const calibrate_par
     // budget that runs out leaves every request count its short chains. One row per request keeps the context's
     // count, as plain decoding does (see calibrate_cost).
     auto best_option = [&](const entry & e) {
-        std::size_t best = 0;
-        for (std::size_t o = 1; o < options.size(); ++o) {
-            if (e.tried[o] && fastest(e.steady[o]) < fastest(e.steady[best])) best = o;
-        }
-        return best;
+        return fastest_option(e.tried, [&](std::size_t o) -> const auto & { return e.steady[o]; });
     };
     auto best_time = [&](const entry & e) { return fastest(e.steady[best_option(e)]); };
     bool settled = false;  // the grid agrees with the one-request table

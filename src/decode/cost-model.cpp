@@ -1,6 +1,8 @@
 #include "rest/cost-model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <sstream>
 
 // The cost table: prediction by interpolation, the batch grid, and the one-line cache form.
@@ -32,10 +34,33 @@ std::size_t nearest_index(const std::vector<std::int32_t> & xs, double x) {
     return it - xs.begin();
 }
 
+// xs increasing from 1, with as many ys (and threads, unless empty).
+bool valid_curve(const std::vector<std::int32_t> & xs, const std::vector<double> & ys,
+                 const std::vector<std::int32_t> & threads) {
+    return !xs.empty() && xs.front() == 1 && ys.size() == xs.size() &&
+           (threads.empty() || threads.size() == xs.size()) &&
+           std::adjacent_find(xs.begin(), xs.end(), std::greater_equal<>()) == xs.end();
+}
+
+// What the predictions need not to read out of bounds; valid() checks everything, once, where tables come in.
+bool sized(const std::vector<std::int32_t> & xs, const std::vector<double> & ys) {
+    return !xs.empty() && ys.size() == xs.size();
+}
+
 }  // namespace
 
+bool cost_table::valid() const {
+    if (!valid_curve(rows, t_us, threads)) return false;
+    std::int32_t last = 1;
+    for (const auto & b : batches) {
+        if (b.requests <= last || !valid_curve(b.per, b.t_us, b.threads)) return false;
+        last = b.requests;
+    }
+    return true;
+}
+
 double cost_table::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
-    if (!valid()) {
+    if (!sized(rows, t_us)) {
         return (double) n_rows;  // uninformed: linear cost
     }
     n_rows = std::max(n_rows, 1);
@@ -43,7 +68,7 @@ double cost_table::predict_us(std::int32_t n_rows, std::int32_t n_past) const {
 }
 
 double cost_table::predict_batch_us(std::size_t n_requests, std::int32_t n_rows, std::int32_t n_past) const {
-    if (n_requests <= 1 || batches.empty() || !valid()) {
+    if (n_requests <= 1 || batches.empty() || !sized(rows, t_us)) {
         return predict_us(n_rows, n_past);
     }
     const double per = std::max(1.0, (double) n_rows / (double) n_requests);
@@ -52,6 +77,7 @@ double cost_table::predict_batch_us(std::size_t n_requests, std::int32_t n_rows,
     auto at = [&](std::size_t b) {
         if (b == batches.size()) return interpolate(rows, t_us, per);
         const batch_costs & g = batches[b];
+        if (!sized(g.per, g.t_us)) return interpolate(rows, t_us, (double) g.requests * per);
         if (per <= g.per.back()) return interpolate(g.per, g.t_us, per);
         const double n = g.requests;
         return g.t_us.back() * interpolate(rows, t_us, n * per) / interpolate(rows, t_us, n * g.per.back());
@@ -74,9 +100,13 @@ double cost_table::predict_batch_us(std::size_t n_requests, std::int32_t n_rows,
 
 std::pair<std::size_t, std::size_t> cost_table::nearest_batch(std::size_t n_requests, std::int32_t n_rows) const {
     if (n_requests <= 1 || batches.empty()) return {batches.size(), 0};
-    std::vector<std::int32_t> counts;
-    for (const auto & b : batches) counts.push_back(b.requests);
-    const std::size_t b = nearest_index(counts, (double) n_requests);
+    // The nearest measured request count (ties: the larger); grids are short, a scan is cheapest.
+    std::size_t b = 0;
+    for (std::size_t i = 1; i < batches.size(); ++i) {
+        const double d_best = std::abs((double) batches[b].requests - (double) n_requests);
+        const double d      = std::abs((double) batches[i].requests - (double) n_requests);
+        if (d <= d_best) b = i;
+    }
     return {b, nearest_index(batches[b].per, (double) n_rows / (double) n_requests)};
 }
 
@@ -85,7 +115,7 @@ std::size_t cost_table::nearest(std::int32_t n_rows) const {
 }
 
 std::int32_t cost_table::threads_for(std::int32_t n_rows) const {
-    return valid() && !threads.empty() ? threads[nearest(n_rows)] : 0;
+    return sized(rows, t_us) && threads.size() == rows.size() ? threads[nearest(n_rows)] : 0;
 }
 
 std::int32_t cost_table::threads_for(std::int32_t n_rows, std::size_t n_requests) const {
@@ -116,7 +146,7 @@ bool read_curve(std::istream & in, std::vector<std::int32_t> & xs, std::vector<d
     for (auto & x : xs) if (!(in >> x)) return false;
     for (auto & y : ys) if (!(in >> y) || !(y > 0)) return false;
     for (auto & k : threads) if (!(in >> k) || k < 0) return false;
-    return std::is_sorted(xs.begin(), xs.end()) && xs.front() == 1;
+    return valid_curve(xs, ys, threads);
 }
 
 }  // namespace

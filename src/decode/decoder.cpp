@@ -132,6 +132,9 @@ void decoder::step(std::span<request * const> requests) {
     if (live_.empty()) {
         return;
     }
+    // In slot order: with a KV cache per sequence llama.cpp runs several sequences in one pass only when their ids
+    // come in increasing steps of one (its split_equal), so busy slots 0-3 in any other order would take several.
+    std::sort(live_.begin(), live_.end(), [](const request * a, const request * b) { return a->slot < b->slot; });
     const double t_step0 = now_us();
     if (trees_.size() < live_.size()) {
         trees_.resize(live_.size());
@@ -205,7 +208,7 @@ void decoder::step(std::span<request * const> requests) {
         }
         tree.truncate(n);
         n_real_[i] = n;
-        n_keep_[i] = std::max(n, std::min(n_keep_[i], cap_of(*live_[i])));  // from here: nodes with padding
+        n_keep_[i] = std::max(n, std::min(n_keep_[i], queries_[i].n_max));  // from here: nodes with padding
         rows_padded += 1 + n_keep_[i];
     }
     // Padding only while the batch fits one pass (llama.cpp's n_batch); it is what goes first.
@@ -233,8 +236,22 @@ void decoder::step(std::span<request * const> requests) {
     }
 
     // 3. Verify: one forward pass, on the thread count the policy found fastest for it. If the memory cannot hold
-    //    the trees, fall back to plain decoding this step.
-    auto threads_for = [&](std::int32_t n_rows) { return policy_ ? policy_->threads_for(n_rows, live_.size()) : 0; };
+    //    the trees, fall back to plain decoding this step. Chains of several requests form one pass only when they
+    //    are equal and their slots consecutive, which is what the policy priced (n_equal requests); otherwise
+    //    llama.cpp runs several passes, some of a single row, which keep the context's threads (n_equal 0).
+    auto shape = [&]() -> std::size_t {
+        if (!equal_rows) return 1;
+        for (size_t i = 1; i < live_.size(); ++i) {
+            if (batch_[i].tokens.size() != batch_[0].tokens.size() || live_[i]->slot != live_[i - 1]->slot + 1) {
+                return 0;
+            }
+        }
+        return live_.size();
+    };
+    std::size_t n_equal     = shape();
+    auto        threads_for = [&](std::int32_t n_rows) {
+        return policy_ && n_equal > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
+    };
     model_.set_decode_threads(threads_for(rows));
     const double t_dec0 = now_us();
     if (model_.decode(batch_) != decode_status::ok) {
@@ -244,7 +261,8 @@ void decoder::step(std::span<request * const> requests) {
             batch_[i].parents = {};
             batch_[i].depths  = {};
         }
-        rows = (std::int32_t) live_.size();
+        rows    = (std::int32_t) live_.size();
+        n_equal = shape();
         model_.set_decode_threads(threads_for(rows));
         if (model_.decode(batch_) != decode_status::ok) {
             for (request * r : live_) {
@@ -255,8 +273,8 @@ void decoder::step(std::span<request * const> requests) {
     }
     const double t_verify = now_us() - t_dec0;
     if (policy_) {
-        policy_->observe_step(rows, equal_rows ? live_.size() : 1, (std::int32_t) (past_sum / (std::int64_t) live_.size()),
-                              t_verify, t_draft);
+        const auto n_past = (std::int32_t) (past_sum / (std::int64_t) live_.size());
+        policy_->observe_step(rows, n_equal, n_past, t_verify, t_draft);
     }
 
     // 4. Walk each tree: sample once per visited node, follow the child drafted with the sampled token.
