@@ -11,7 +11,7 @@
 // step's, plus drafting: A + B x the nodes drafted (--draft-us A,B; the default is bench-draft-acceptance's
 // measurement on stories260K: 4.5 us for 4 nodes, 15.6 for 32). The policy is fed those times, so its online
 // correction stays at 1.
-// COSTS.txt is a cost-cache file (first line "rest-cost 3 ..."; named when a run measures one, in
+// COSTS.txt is a cost-cache file (first line "rest-cost 4 ..."; named when a run measures one, in
 // $RESTCPP_CACHE_DIR or ~/.cache/rest.cpp, under costs/). Plain
 // decoding costs t(1) per token. Prompt processing is left out for every policy alike.
 #include "generations.h"
