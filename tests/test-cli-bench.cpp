@@ -147,6 +147,12 @@ TEST_F(bench_cli, streams_experiment_compares_plain_and_rest_per_concurrency) {
     }
     EXPECT_EQ(j["rows"][0]["identical"].get<int>(), 2 * (int) prompts.size());
     EXPECT_GT(j["rows"][0]["rest_tokens_per_forward"].get<double>(), 1.2);
+    // Three slots verifying chains: the cost table has its batch grid for 2 and 3 requests, from one row each.
+    const auto & grid = j["cost_table"]["batches"];
+    ASSERT_EQ(grid.size(), 2u) << j["cost_table"].dump();
+    EXPECT_EQ(grid[0]["requests"].get<int>(), 2);
+    EXPECT_EQ(grid[1]["requests"].get<int>(), 3);
+    for (const auto & b : grid) EXPECT_EQ(b["rows_per_request"][0].get<int>(), 1);
     EXPECT_NE(r.out.find("| 3 |"), std::string::npos) << r.out;
     // More streams than slots, or none, is a clean error.
     const auto bad = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts_) +

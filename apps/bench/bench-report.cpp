@@ -225,15 +225,24 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
         x["methods"] = per;
         jc.push_back(std::move(x));
     }
-    j["cases"] = jc;
+    j["cases"]      = jc;
+    j["cost_table"] = cost_table_json(costs);
+    return j;
+}
+
+nlohmann::json cost_table_json(const rest::cost_table & costs) {
     nlohmann::json jt;
-    jt["rows"]    = costs.rows;
-    jt["t_us"]    = costs.t_us;
-    jt["attn_us"] = costs.attn_us;
+    jt["rows"]       = costs.rows;
+    jt["t_us"]       = costs.t_us;
+    jt["attn_us"]    = costs.attn_us;
     jt["rebuild_us"] = costs.rebuild_us;
     jt["threads"]    = costs.threads;
-    j["cost_table"] = jt;
-    return j;
+    jt["batches"]    = nlohmann::json::array();
+    for (const auto & b : costs.batches) {
+        jt["batches"].push_back({{"requests", b.requests}, {"rows_per_request", b.per}, {"t_us", b.t_us},
+                                 {"threads", b.threads}});
+    }
+    return jt;
 }
 
 void write_plot_tables(const std::string & dir, const std::vector<method_summary> & sums,

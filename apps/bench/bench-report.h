@@ -57,6 +57,9 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
 
 std::string markdown_table(const std::vector<method_summary> & sums, const nlohmann::json & meta);
 
+// The measured cost table as results.json and streams.json record it (the batch grid included).
+nlohmann::json cost_table_json(const rest::cost_table & costs);
+
 nlohmann::json results_json(const std::vector<method_summary> & sums, const std::vector<method_spec> & methods,
                             const std::vector<bench_case> & cases, const std::vector<std::vector<bench_cell>> & cells,
                             const rest::cost_table & costs, const nlohmann::json & meta);

@@ -1,5 +1,7 @@
 #include "bench-streams.h"
 
+#include "bench-report.h"
+
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 
@@ -154,7 +156,8 @@ void run_streams(session & s, const streams_params & p) {
     if (!p.out_dir.empty()) {
         std::ofstream(p.out_dir + "/streams.json") << nlohmann::json{{"rows", rows}, {"n_predict", p.n_predict},
                                                                     {"prompts", p.prompts.size()},
-                                                                    {"layout", s.layout()}}.dump(1)
+                                                                    {"layout", s.layout()},
+                                                                    {"cost_table", cost_table_json(s.costs())}}.dump(1)
                                                    << "\n";
         std::ofstream(p.out_dir + "/streams.md") << md;
     }
