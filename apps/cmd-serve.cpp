@@ -79,6 +79,7 @@ void add_serve_command(CLI::App & root) {
                     "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured fastest for it (for comparisons)");
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
     add_layout_option(cmd, p->layout);
+    add_recalibrate_option(cmd, p->recalibrate);
     cmd->add_option("-n,--n-predict", p->n_predict,
                     "max_tokens for requests that give none (-1: until end of generation or context)")
         ->capture_default_str();

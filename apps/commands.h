@@ -14,3 +14,5 @@ struct session_params;
 // --draft-layout and --flash-attn (apps/session-options.cpp); --draft-layout alone for `rest serve`.
 void add_verify_options(CLI::App * cmd, session_params & sp);
 void add_layout_option(CLI::App * cmd, std::string & layout);
+// --recalibrate: measure the verify cost again instead of using the cached table (generate, bench, serve).
+void add_recalibrate_option(CLI::App * cmd, bool & recalibrate);

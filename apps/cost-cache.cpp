@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -20,10 +21,27 @@ fs::path cache_dir() {
     return fs::temp_directory_path() / "rest.cpp-costs";
 }
 
+void print_table(const rest::cost_table & t, const std::string & how) {
+    std::fprintf(stderr, "rest: verify cost %s:", how.c_str());
+    for (size_t i = 0; i < t.rows.size() && i < t.t_us.size(); ++i) {
+        std::fprintf(stderr, " t(%d)=%.3fms", t.rows[i], t.t_us[i] / 1000);
+        if (i < t.threads.size() && t.threads[i] > 0) std::fprintf(stderr, "/%dt", t.threads[i]);
+    }
+    std::fprintf(stderr, ", shape change +%.3fms\n", t.rebuild_us / 1000);
+    for (const auto & b : t.batches) {
+        std::fprintf(stderr, "rest:   %d requests, rows each:", b.requests);
+        for (size_t i = 0; i < b.per.size() && i < b.t_us.size(); ++i) {
+            std::fprintf(stderr, " t(%d)=%.3fms", b.per[i], b.t_us[i] / 1000);
+            if (i < b.threads.size() && b.threads[i] > 0) std::fprintf(stderr, "/%dt", b.threads[i]);
+        }
+        std::fprintf(stderr, "\n");
+    }
+}
+
 }  // namespace
 
 rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_model & ctx,
-                                         const rest::context_params & cp, bool verbose) {
+                                         const rest::context_params & cp, bool verbose, bool recalibrate) {
     const auto & info = m.info();
     std::error_code ec;
     const auto size  = fs::file_size(info.path, ec);
@@ -37,11 +55,12 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
     std::snprintf(name, sizeof(name), "%016zx.txt", std::hash<std::string>{}(key));
     const fs::path path = cache_dir() / name;
 
-    if (std::ifstream in(path); in) {
+    if (std::ifstream in(path); in && !recalibrate) {
         std::string line;
         std::getline(in, line);
         rest::cost_table t = rest::cost_table::parse(line);
         if (t.valid()) {
+            if (verbose) print_table(t, "cached in " + path.string() + " (--recalibrate measures it again)");
             return t;
         }
     }
@@ -64,20 +83,9 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (verbose || secs > 2) {
-        std::fprintf(stderr, "rest: measured verify cost in %.1f s (cached in %s):", secs, path.c_str());
-        for (size_t i = 0; i < t.rows.size(); ++i) {
-            std::fprintf(stderr, " t(%d)=%.3fms", t.rows[i], t.t_us[i] / 1000);
-            if (!t.threads.empty() && t.threads[i] > 0) std::fprintf(stderr, "/%dt", t.threads[i]);
-        }
-        std::fprintf(stderr, ", shape change +%.3fms\n", t.rebuild_us / 1000);
-        for (const auto & b : t.batches) {
-            std::fprintf(stderr, "rest:   %d requests, rows each:", b.requests);
-            for (size_t i = 0; i < b.per.size(); ++i) {
-                std::fprintf(stderr, " t(%d)=%.3fms", b.per[i], b.t_us[i] / 1000);
-                if (i < b.threads.size() && b.threads[i] > 0) std::fprintf(stderr, "/%dt", b.threads[i]);
-            }
-            std::fprintf(stderr, "\n");
-        }
+        char how[64];
+        std::snprintf(how, sizeof(how), "measured in %.1f s", secs);
+        print_table(t, std::string(how) + " (cached in " + path.string() + ")");
     }
     if (t.valid()) {
         fs::create_directories(path.parent_path(), ec);

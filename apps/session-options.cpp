@@ -13,8 +13,14 @@ void add_layout_option(CLI::App * cmd, std::string & layout) {
         ->capture_default_str();
 }
 
+void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
+    cmd->add_flag("--recalibrate", recalibrate,
+                  "Measure the verify cost again (e.g. after a change of machine load) and replace the cached table");
+}
+
 void add_verify_options(CLI::App * cmd, session_params & sp) {
     add_layout_option(cmd, sp.layout);
+    add_recalibrate_option(cmd, sp.recalibrate);
     cmd->add_option_function<std::string>(
            "--flash-attn",
            [&sp](const std::string & v) { sp.ctx.flash_attn = v == "on" ? 1 : v == "off" ? 0 : -1; },

@@ -44,7 +44,7 @@ void session::open_context(const session_params & params) {
     ctx_    = model_->new_context(cp);
     layout_ = cp.trees ? "tree" : "chain";
     // Fixed budgets too: they take its per-size thread counts.
-    costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose);
+    costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose, params.recalibrate);
 }
 
 std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) const {

@@ -22,7 +22,8 @@ struct session_params {
     rest::drafter_params draft;
     std::int32_t         n_draft_max = -1;     // cap on draft nodes per step; -1: the drafter's n_budget_max
     std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no budget choice), for comparisons
-    bool                 verbose = false;      // print the cost calibration to stderr
+    bool                 verbose = false;      // print the cost table to stderr
+    bool                 recalibrate = false;  // measure the cost table even when one is cached
     bool                 speculate = true;     // false: plain decoding only (no cost calibration at start-up)
     // How drafts are verified: "tree" (a unified KV pool, branches), "chain" (each tree's best path, in the slot's
     // own sequence, as cheap per step as plain decoding) or "auto" (chains on CPUs, trees on GPUs; see session.cpp).

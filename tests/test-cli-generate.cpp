@@ -54,6 +54,36 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
     EXPECT_NE(r.code, 0);
 }
 
+// The verify-cost table: measured once and cached; --verbose prints it either way; --recalibrate measures it again
+// and replaces the cached one.
+TEST_F(generate_cli, verify_cost_is_cached_and_recalibrated_on_request) {
+    const std::string cache = dir_ + "/cache";
+    auto gen = [&](const std::string & extra) {
+        return run_cli("/usr/bin/env", "RESTCPP_CACHE_DIR=" + shell_quote(cache) + " " + shell_quote(bin_) +
+                                           " generate -m " + shell_quote(model_) + " -p 'Once upon' -n 4 -t 1 --verbose" +
+                                           extra, dir_);
+    };
+    const auto first = gen("");
+    ASSERT_EQ(first.code, 0) << first.err;
+    EXPECT_NE(first.err.find("verify cost measured in"), std::string::npos) << first.err;
+    ASSERT_TRUE(fs::exists(cache + "/costs"));
+    std::string file;
+    for (const auto & e : fs::directory_iterator(cache + "/costs")) file = e.path().string();
+    ASSERT_FALSE(file.empty());
+    const auto stamp = fs::last_write_time(file);
+
+    const auto second = gen("");
+    ASSERT_EQ(second.code, 0) << second.err;
+    EXPECT_NE(second.err.find("verify cost cached in"), std::string::npos) << second.err;
+    EXPECT_EQ(second.err.find("measured in"), std::string::npos) << second.err;
+    EXPECT_EQ(fs::last_write_time(file), stamp);
+
+    const auto third = gen(" --recalibrate");
+    ASSERT_EQ(third.code, 0) << third.err;
+    EXPECT_NE(third.err.find("verify cost measured in"), std::string::npos) << third.err;
+    EXPECT_NE(fs::last_write_time(file), stamp) << "the cached table is replaced";
+}
+
 TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
     const std::string prompt = "The quick brown fox";
     const auto plain = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) + " -n 48 --no-spec --json -t 1");

@@ -11,7 +11,7 @@ server_budget make_server_budget(const server_params & p, const rest::model & m,
         b.policy = std::make_unique<rest::fixed_budget>(0);
         return b;
     }
-    rest::cost_table costs = load_or_calibrate_costs(m, ctx, cp, p.verbose);
+    rest::cost_table costs = load_or_calibrate_costs(m, ctx, cp, p.verbose, p.recalibrate);
     if (p.n_draft_fixed >= 0) {
         b.policy = std::make_unique<rest::fixed_budget>(p.n_draft_fixed, std::move(costs));
         b.n_cap  = p.n_draft_fixed;

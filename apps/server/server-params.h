@@ -33,4 +33,5 @@ struct server_params {
     std::size_t  body_max_bytes = 8u << 20;  // largest request body accepted (413 beyond)
     double       drain_timeout_s = 60;  // SIGTERM: wait this long for in-flight requests, then cancel them
     bool         verbose = false;       // one stderr line per request
+    bool         recalibrate = false;   // measure the cost table even when one is cached
 };
