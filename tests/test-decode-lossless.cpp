@@ -3,6 +3,8 @@
 #include "fake-model.h"
 #include "rest/cost-model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -229,3 +231,84 @@ TEST(decoder_lossless, stop_callback_ends_mid_path) {
 }
 
 }  // namespace
+
+namespace {
+
+// The reference: log-softmax by the definition, and the top tokens by a full sort.
+token_logprobs naive_logprobs(const std::vector<float> & l, token_id t, int n_top) {
+    double z = 0;
+    for (float v : l) z += std::exp((double) v);
+    token_logprobs out;
+    out.token   = t;
+    out.logprob = (float) std::log(std::exp((double) l[t]) / z);
+    std::vector<token_id> ids(l.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (token_id) i;
+    std::stable_sort(ids.begin(), ids.end(), [&](token_id a, token_id b) { return l[a] > l[b]; });
+    for (int i = 0; i < n_top && i < (int) ids.size(); ++i) {
+        out.top.emplace_back(ids[i], (float) std::log(std::exp((double) l[ids[i]]) / z));
+    }
+    return out;
+}
+
+void expect_near(const token_logprobs & a, const token_logprobs & b, const std::string & where) {
+    EXPECT_EQ(a.token, b.token) << where;
+    EXPECT_NEAR(a.logprob, b.logprob, 1e-4) << where;
+    ASSERT_EQ(a.top.size(), b.top.size()) << where;
+    for (size_t i = 0; i < a.top.size(); ++i) {
+        EXPECT_EQ(a.top[i].first, b.top[i].first) << where << " top " << i;
+        EXPECT_NEAR(a.top[i].second, b.top[i].second, 1e-4) << where << " top " << i;
+    }
+}
+
+}  // namespace
+
+TEST(logprobs, match_the_definition_on_random_logits) {
+    std::mt19937_64 rng(7);
+    for (int c = 0; c < 200; ++c) {
+        std::vector<float> l(std::uniform_int_distribution<int>(1, 300)(rng));
+        // Coarse values so that ties occur: the lower token id comes first.
+        for (auto & v : l) v = (float) std::uniform_int_distribution<int>(-40, 40)(rng) / 4.0f;
+        const token_id t = std::uniform_int_distribution<int>(0, (int) l.size() - 1)(rng);
+        const int      k = std::uniform_int_distribution<int>(0, 25)(rng);
+        expect_near(logprobs_of(l, t, k), naive_logprobs(l, t, k), "case " + std::to_string(c));
+    }
+}
+
+TEST(decoder_lossless, logprobs_follow_every_emitted_token_with_speculation) {
+    std::mt19937_64 rng(11);
+    int n_checked = 0;
+    for (int c = 0; c < 60; ++c) {
+        const int             n_vocab = std::uniform_int_distribution<int>(3, 40)(rng);
+        const int             n_top   = std::uniform_int_distribution<int>(0, 5)(rng);
+        std::vector<token_id> prompt(std::uniform_int_distribution<int>(1, 8)(rng));
+        for (auto & t : prompt) t = std::uniform_int_distribution<int>(0, n_vocab - 1)(rng);
+        auto run = [&](fake_target & m, draft_provider * d) {
+            greedy_sampler s;
+            request        r;
+            r.params.n_predict   = 60;
+            r.params.n_draft_max = d ? 16 : 0;
+            r.sampler            = &s;
+            r.draft              = d;
+            r.is_eog             = [](token_id) { return false; };
+            r.n_logprobs         = n_top;
+            decoder(m, nullptr).run(r, prompt);
+            return r;
+        };
+        fake_target    plain_m(n_vocab, 200, 1, c), spec_m(n_vocab, 200, 1, c);
+        oracle_drafter d(spec_m, c + 3, 0.8, 4, 8);
+        const request  plain = run(plain_m, nullptr), spec = run(spec_m, &d);
+        ASSERT_EQ(spec.output, plain.output) << "case " << c;
+        ASSERT_EQ(plain.logprobs.size(), plain.output.size());
+        ASSERT_EQ(spec.logprobs.size(), spec.output.size());
+        std::vector<token_id> prefix = prompt;
+        for (size_t i = 0; i < plain.output.size(); ++i) {
+            const std::string where = "case " + std::to_string(c) + " token " + std::to_string(i);
+            const auto        ref   = naive_logprobs(plain_m.logits_for(prefix), plain.output[i], n_top);
+            expect_near(plain.logprobs[i], ref, where);
+            expect_near(spec.logprobs[i], ref, where + " (speculative)");
+            prefix.push_back(plain.output[i]);
+            ++n_checked;
+        }
+    }
+    EXPECT_GT(n_checked, 1000);
+}

@@ -198,6 +198,69 @@ TEST_F(ServerApi, StreamedCompletionEqualsGenerate) {
     EXPECT_EQ(u.events.back()["usage"]["completion_tokens"], 4);
 }
 
+// Log probabilities: one entry per completion token, the model's log-softmax at that position, the alternatives
+// most likely first; with greedy decoding the chosen token is the most likely one. With and without speculation
+// they agree (batched verification rounds them differently, by ~1e-5 here).
+TEST_F(ServerApi, LogprobsCoverEveryCompletionToken) {
+    const int n   = 24;
+    json      req = completion_body(k_prompts[0], n);
+    req["logprobs"] = 3;
+    const http_reply r = api().post("/v1/completions", req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json & lp     = r.json["choices"][0]["logprobs"];
+    const auto   tokens = tokens_of(r.json["rest"]["tokens"]);
+    // An end-of-generation token ends the text without being part of it.
+    const size_t n_text = r.json["choices"][0]["finish_reason"] == "stop" ? tokens.size() - 1 : tokens.size();
+    ASSERT_EQ(lp["tokens"].size(), n_text) << lp.dump();
+    ASSERT_EQ(lp["token_logprobs"].size(), n_text);
+    ASSERT_EQ(lp["top_logprobs"].size(), n_text);
+    std::string joined;
+    for (size_t i = 0; i < n_text; ++i) {
+        EXPECT_EQ(lp["text_offset"][i].get<size_t>(), joined.size());
+        joined += lp["tokens"][i].get<std::string>();
+        const double v = lp["token_logprobs"][i].get<double>();
+        EXPECT_LE(v, 0.0);
+        const json & top = lp["top_logprobs"][i];
+        EXPECT_GE(top.size(), 1u);
+        EXPECT_LE(top.size(), 3u);
+        double best = -1e30;
+        for (const auto & [piece, x] : top.items()) best = std::max(best, x.get<double>());
+        EXPECT_NEAR(best, v, 1e-6) << "greedy: the chosen token is the most likely, position " << i;
+    }
+    EXPECT_EQ(joined, r.json["choices"][0]["text"].get<std::string>());
+
+    json plain = req;
+    plain["speculate"] = false;
+    const http_reply p = api().post("/v1/completions", plain);
+    ASSERT_EQ(p.status, 200) << p.body;
+    if (tokens_of(p.json["rest"]["tokens"]) == tokens) {
+        for (size_t i = 0; i < n_text; ++i) {
+            EXPECT_NEAR(p.json["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(),
+                        lp["token_logprobs"][i].get<double>(), 1e-3) << i;
+        }
+    }
+
+    // Chat's format: content entries with bytes and a list of alternatives.
+    json chat = {{"messages", json::array({{{"role", "user"}, {"content", "Tell me a story."}}})},
+                 {"max_tokens", 8}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}};
+    const http_reply c = api().post("/v1/chat/completions", chat);
+    ASSERT_EQ(c.status, 200) << c.body;
+    const json & content = c.json["choices"][0]["logprobs"]["content"];
+    ASSERT_FALSE(content.empty()) << c.body;
+    std::string text;
+    for (const auto & e : content) {
+        text += e["token"].get<std::string>();
+        EXPECT_EQ(e["bytes"].size(), e["token"].get<std::string>().size());
+        ASSERT_EQ(e["top_logprobs"].size(), 2u);
+        EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(), e["top_logprobs"][1]["logprob"].get<double>());
+        EXPECT_NEAR(e["top_logprobs"][0]["logprob"].get<double>(), e["logprob"].get<double>(), 1e-6);
+    }
+    EXPECT_EQ(text, c.json["choices"][0]["message"]["content"].get<std::string>());
+    // Without logprobs the field stays null, as OpenAI's.
+    const http_reply none = api().post("/v1/completions", completion_body(k_prompts[0], 4));
+    EXPECT_TRUE(none.json["choices"][0]["logprobs"].is_null());
+}
+
 TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
     const std::vector<rest::chat_message> msgs = {{"system", "You are terse."}, {"user", "Tell me a story."}};
     const std::string rendered = model_->vocab().apply_chat_template(msgs, true);
@@ -396,7 +459,10 @@ TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
         {"/v1/completions", R"({"prompt": "hi", "n": 2})", 400, "n"},
         {"/v1/completions", R"({"prompt": "hi", "seed": "x"})", 400, "seed"},
         {"/v1/completions", R"({"prompt": "hi", "echo": true})", 400, "echo"},
-        {"/v1/completions", R"({"prompt": "hi", "logprobs": 3})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "hi", "logprobs": 21})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "hi", "logprobs": 2, "stream": true})", 400, "logprobs"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400,
+         "top_logprobs"},
         {"/v1/completions", R"({"prompt": "hi", "frobnicate": 1})", 400, "frobnicate"},
         {"/v1/completions", R"({"prompt": "hi", "messages": []})", 400, "messages"},
         {"/v1/completions", json{{"prompt", big_prompt}}.dump(), 400, "prompt"},

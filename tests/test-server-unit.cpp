@@ -104,6 +104,9 @@ TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
         {R"({"prompt": "x", "suffix": "y"})", "suffix"},
         {R"({"prompt": "x", "user": 3})", "user"},
         {R"({"prompt": "x", "draft_max": 1000})", "draft_max"},
+        {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
+        {R"({"prompt": "x", "logprobs": true})", "logprobs"},
+        {R"({"prompt": "x", "logprobs": 1, "stream": true})", "logprobs"},
         {R"({"prompt": [[1], [2]]})", "prompt"},
     };
     for (const auto & [body, field] : cases) {

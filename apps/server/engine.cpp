@@ -128,6 +128,7 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     s.req.slot             = s.index;
     s.req.params.n_predict = in.n_predict;
     s.req.params.n_draft_max = speculate ? cap : 0;
+    s.req.n_logprobs         = in.n_logprobs;
     s.req.sampler          = s.sampler.get();
     s.req.draft            = s.drafter.get();
     s.req.is_eog           = [this](rest::token_id t) { return model_.is_eog(t); };
@@ -139,6 +140,23 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     decoder_->start(s.req, in.prompt);
     s.seen = s.req.stats;
     metrics_.on_prefill(s.req.stats.n_prompt, s.req.stats.n_forward, s.req.stats.t_prefill_us);
+}
+
+// The recorded log probabilities of the tokens that make up the returned text: EOG tokens are not text, and a
+// stop string cuts the text inside or before the token that completed it.
+std::vector<position_logprobs> engine::logprobs_of_text(const rest::request & r, std::size_t text_bytes) const {
+    std::vector<position_logprobs> out;
+    std::size_t                    bytes = 0;
+    for (std::size_t i = 0; i < r.logprobs.size() && i < r.output.size() && bytes < text_bytes; ++i) {
+        const rest::token_logprobs & lp = r.logprobs[i];
+        if (model_.is_eog(lp.token)) break;
+        position_logprobs p;
+        p.chosen = {model_.vocab().piece(lp.token), lp.logprob};
+        for (const auto & [t, v] : lp.top) p.top.push_back({model_.vocab().piece(t), v});
+        bytes += p.chosen.piece.size();
+        out.push_back(std::move(p));
+    }
+    return out;
 }
 
 void engine::end(slot & s, end_kind kind) {
@@ -159,6 +177,7 @@ void engine::end(slot & s, end_kind kind) {
     }
     out.n_prompt      = r.stats.n_prompt;
     out.n_completion  = (std::int64_t) r.output.size();
+    out.logprobs      = logprobs_of_text(r, s.text.text().size());
     out.tokens        = std::move(r.output);
     out.stats         = r.stats;
     out.slot          = s.index;

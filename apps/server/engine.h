@@ -74,6 +74,7 @@ class engine {
     enum class end_kind { finished, cancelled, shutdown };
     void begin(slot & s, std::shared_ptr<job> j);
     void end(slot & s, end_kind kind);
+    std::vector<position_logprobs> logprobs_of_text(const rest::request & r, std::size_t text_bytes) const;
     void fail_active(const std::string & message);
 
     const rest::model &                  model_;

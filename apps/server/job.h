@@ -25,6 +25,17 @@ struct job_input {
     std::vector<std::string>    stop;
     bool                        speculate   = true;
     std::int32_t                n_draft_max = -1; // per-request cap (-1: the server's)
+    std::int32_t                n_logprobs  = -1; // >= 0: log probabilities with this many alternatives
+};
+
+// A completion token's log probability as a response shows it: its text piece, and the most likely alternatives.
+struct piece_logprob {
+    std::string piece;
+    float       logprob = 0;
+};
+struct position_logprobs {
+    piece_logprob              chosen;
+    std::vector<piece_logprob> top;
 };
 
 struct job_output {
@@ -34,6 +45,7 @@ struct job_output {
     std::int64_t n_prompt = 0;
     std::int64_t n_completion = 0;
     std::vector<rest::token_id> tokens;
+    std::vector<position_logprobs> logprobs;  // the tokens of the returned text (not EOG, not past a stop string)
     rest::generation_stats      stats;
     std::int32_t slot = -1;
     double       t_queue_ms = 0;   // submit to slot

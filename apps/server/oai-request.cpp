@@ -323,8 +323,12 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
 
     require_default(body, "logit_bias", json::object(), "logit biases are not implemented");
     if (kind == api_kind::chat) {
-        require_default(body, "logprobs", false, "log probabilities are not returned");
-        require_default(body, "top_logprobs", 0, "log probabilities are not returned");
+        const auto top = (std::int32_t) get_int(body, "top_logprobs", -1, 0, 20);
+        if (get_bool(body, "logprobs", false)) {
+            spec.logprobs = std::max(0, top);
+        } else if (top >= 0) {
+            throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+        }
         require_default(body, "response_format", json{{"type", "text"}}, "only {\"type\": \"text\"} is supported");
         for (const char * k : {"tools", "functions"}) {
             require_default(body, k, json::array(), "tool calls are not supported");
@@ -334,12 +338,16 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
         }
         require_default(body, "parallel_tool_calls", true, "tool calls are not supported");
     } else {
-        require_default(body, "logprobs", 0, "log probabilities are not returned");
+        spec.logprobs = (std::int32_t) get_int(body, "logprobs", -1, 0, 20);
         require_default(body, "echo", false, "echoing the prompt is not supported");
         require_default(body, "best_of", 1, "only one candidate is generated");
         require_default(body, "suffix", "", "insertion (suffix) is not supported");
     }
 
+    if (spec.logprobs >= 0 && spec.stream) {
+        throw bad_request("'logprobs' is not supported with stream: log probabilities are returned whole",
+                          "logprobs", "unsupported_parameter");
+    }
     spec.speculate     = get_bool(body, "speculate", true);
     spec.draft_max     = (std::int32_t) get_int(body, "draft_max", -1, 0, 256);
     spec.return_tokens = get_bool(body, "return_tokens", false);

@@ -1,7 +1,7 @@
 // OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed and validated into a completion_spec.
 //
 // Validation needs no model: it checks JSON syntax, types, ranges, and refuses what this server cannot honour
-// (n > 1, logprobs, tools, ...) instead of silently ignoring it. Unknown top-level fields are refused as OpenAI
+// (n > 1, echo, tools, ...) instead of silently ignoring it. Unknown top-level fields are refused as OpenAI
 // does ("Unrecognized request argument supplied"). Model-dependent checks (prompt length vs context, token ids
 // vs vocabulary) happen when the prompt is tokenized (server-prompt.h).
 #pragma once
@@ -34,6 +34,9 @@ struct completion_spec {
     std::vector<std::string> stop;
     bool                     stream        = false;
     bool                     include_usage = false;  // stream_options.include_usage
+    // Log probabilities of the completion's tokens with this many alternatives each (-1: none). Completions:
+    // `logprobs` (0-20); chat: `logprobs: true` with `top_logprobs` (0-20). Not with stream.
+    std::int32_t             logprobs      = -1;
 
     // rest.cpp extensions
     bool         speculate     = true;   // false: plain decoding for this request

@@ -57,8 +57,52 @@ json rest_json(const job_output & out, bool return_tokens) {
     return j;
 }
 
+namespace {
+
+json bytes_of(const std::string & s) {
+    json b = json::array();
+    for (const unsigned char c : s) b.push_back((int) c);
+    return b;
+}
+
+}  // namespace
+
+json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps) {
+    if (kind == api_kind::chat) {
+        json content = json::array();
+        for (const auto & p : lps) {
+            json top = json::array();
+            for (const auto & t : p.top) {
+                top.push_back({{"token", t.piece}, {"logprob", t.logprob}, {"bytes", bytes_of(t.piece)}});
+            }
+            content.push_back({{"token", p.chosen.piece},
+                               {"logprob", p.chosen.logprob},
+                               {"bytes", bytes_of(p.chosen.piece)},
+                               {"top_logprobs", top}});
+        }
+        return json{{"content", content}};
+    }
+    json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+    std::size_t offset = 0;
+    for (const auto & p : lps) {
+        tokens.push_back(p.chosen.piece);
+        values.push_back(p.chosen.logprob);
+        // Alternatives by text, as OpenAI's legacy format; two tokens with the same text keep the likelier.
+        json top = json::object();
+        for (const auto & t : p.top) {
+            if (!top.contains(t.piece)) top[t.piece] = t.logprob;
+        }
+        tops.push_back(top);
+        offsets.push_back(offset);
+        offset += p.chosen.piece.size();
+    }
+    return json{{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json completion_json(const response_meta & m, const std::string & text, const job_output & out) {
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", out.finish_reason}};
+    json choice = {{"index", 0},
+                   {"logprobs", m.logprobs >= 0 ? logprobs_json(m.kind, out.logprobs) : json(nullptr)},
+                   {"finish_reason", out.finish_reason}};
     if (m.kind == api_kind::chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
     } else {

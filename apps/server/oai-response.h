@@ -17,6 +17,7 @@ struct response_meta {
     std::int64_t created = 0;
     std::string  model;
     bool         return_tokens = false;
+    std::int32_t logprobs      = -1;  // >= 0: the choice carries log probabilities (completion_spec::logprobs)
 };
 
 // A fresh response id with the kind's prefix.
@@ -25,6 +26,9 @@ std::string new_response_id(api_kind kind);
 nlohmann::json error_json(const api_error & e);
 nlohmann::json usage_json(const job_output & out);
 nlohmann::json rest_json(const job_output & out, bool return_tokens);
+// choice.logprobs in the kind's format: completions {tokens, token_logprobs, top_logprobs, text_offset}; chat
+// {content: [{token, logprob, bytes, top_logprobs}]}.
+nlohmann::json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps);
 
 // The whole (non-streamed) response.
 nlohmann::json completion_json(const response_meta & m, const std::string & text, const job_output & out);

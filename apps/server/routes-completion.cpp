@@ -110,6 +110,7 @@ void handle_completion(server_state & st, const httplib::Request & req, httplib:
         meta.created       = (std::int64_t) std::time(nullptr);
         meta.model         = st.model_id;
         meta.return_tokens = spec.return_tokens;
+        meta.logprobs      = spec.logprobs;
         const int fd       = find_request_socket(req.remote_addr, req.remote_port, req.local_port);
 
         if (!spec.stream) {

@@ -48,5 +48,6 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
     in.stop        = spec.stop;
     in.speculate   = spec.speculate;
     in.n_draft_max = spec.draft_max;  // the engine caps it by the server's
+    in.n_logprobs  = spec.logprobs;
     return in;
 }

@@ -8,6 +8,7 @@
 
 #include "rest/budget.h"
 #include "rest/draft-provider.h"
+#include "rest/logprobs.h"
 #include "rest/sampler.h"
 #include "rest/target-model.h"
 
@@ -64,6 +65,11 @@ struct request {
     std::function<bool(token_id)> is_eog;   // required when params.stop_at_eog
     // Called once per emitted token, in order; returning false stops the request (stop_reason::stop).
     std::function<bool(token_id)> on_token;
+
+    // >= 0: record each emitted token's log probability and its n_logprobs most likely alternatives in logprobs,
+    // from the logits it was sampled from (the same as plain decoding's, up to batched rounding).
+    std::int32_t                n_logprobs = -1;
+    std::vector<token_logprobs> logprobs;
 
     std::vector<token_id> output;
     stop_reason           stopped = stop_reason::none;

@@ -81,6 +81,7 @@ void decoder::start(request & r, std::span<const token_id> prompt) {
     }
     const double t0 = now_us();
     r.output.clear();
+    r.logprobs.clear();
     r.stopped = stop_reason::none;
     r.stats   = generation_stats{};
     model_.clear(r.slot);
@@ -286,7 +287,9 @@ void decoder::step(std::span<request * const> requests) {
         emitted_.clear();
         std::int32_t node = -1;
         while (true) {
-            const token_id t = r.sampler->sample(model_.logits((std::int32_t) i, node));
+            const auto     logits = model_.logits((std::int32_t) i, node);
+            const token_id t      = r.sampler->sample(logits);
+            if (r.n_logprobs >= 0) r.logprobs.push_back(logprobs_of(logits, t, r.n_logprobs));
             r.sampler->accept(t);
             emitted_.push_back(t);
             const bool go_on = emit(r, t);
