@@ -66,149 +66,168 @@ void fill_context(target_model & m, std::int32_t slot, std::int32_t n, std::int3
     m.prefill(slot, toks);
 }
 
-// Whatever happens, calibration leaves the context on its own thread count.
-struct own_threads_at_exit {
-    target_model & m;
-    ~own_threads_at_exit() { m.set_decode_threads(0); }
+// One shape of forward pass, timed per thread option: `requests` requests on slots first.., each a chain of `rows`
+// rows.
+struct shape {
+    std::int32_t                     first = 0, requests = 1, rows = 1;
+    std::vector<std::vector<double>> steady, changed;  // per option: passes that reused the graph / rebuilt it
+    std::vector<bool>                tried;            // per option: timed in the first round
+
+    // The fastest option among those tried ([0], the context's own, always is), and its time.
+    std::size_t best() const {
+        std::size_t b = 0;
+        for (std::size_t o = 1; o < tried.size(); ++o) {
+            if (tried[o] && fastest(steady[o]) < fastest(steady[b])) b = o;
+        }
+        return b;
+    }
+    double t() const { return fastest(steady[best()]); }
 };
 
-// The thread counts each shape is timed with: [0] the context's own (0: it has none), then one thread for small
-// models (see calibrate_cost).
-std::vector<std::int32_t> thread_options(const target_model & m, const calibrate_params & p) {
-    std::vector<std::int32_t> options = {m.n_threads()};
-    if (p.try_one_thread && m.n_threads() > 1) options.push_back(1);
-    return options;
-}
+// What both calibrations share: the thread options, and blocks of passes of one shape.
+class timer {
+    target_model &     m_;
+    const std::int32_t n_vocab_, room_, n_block_;
 
-// Index of the option with the fastest steady timing among those tried ([0] always is).
-template <class Timings>
-std::size_t fastest_option(const std::vector<bool> & tried, const Timings & steady_of) {
-    std::size_t best = 0;
-    for (std::size_t o = 1; o < tried.size(); ++o) {
-        if (tried[o] && fastest(steady_of(o)) < fastest(steady_of(best))) best = o;
+  public:
+    const std::int32_t        n_short;  // the short context fill timings are taken at
+    std::vector<std::int32_t> options;
+
+    timer(target_model & m, const calibrate_params & p) :
+        m_(m), n_vocab_(m.n_vocab()), room_(m.n_ctx_slot()), n_block_(std::max(2, p.n_block)),
+        n_short(std::min<std::int32_t>(8, room_ / 8)) {
+        // [0] the context's own count (0: it has none); then one thread, for small models (see calibrate_cost).
+        options.push_back(m.n_threads());
+        if (p.try_one_thread && m.n_threads() > 1) options.push_back(1);
     }
-    return best;
-}
+    ~timer() { m_.set_decode_threads(0); }  // whatever happens, the context is left on its own thread count
+    timer(const timer &) = delete;
+    timer & operator=(const timer &) = delete;
+
+    shape make(std::int32_t first, std::int32_t requests, std::int32_t rows) const {
+        shape s;
+        s.first    = first;
+        s.requests = requests;
+        s.rows     = rows;
+        s.steady.resize(options.size());
+        s.changed.resize(options.size());
+        s.tried.assign(options.size(), false);
+        return s;
+    }
+    // A block of passes of s on option o's threads: the first follows another shape and rebuilds llama.cpp's graph
+    // (changed), the others reuse it (steady), which is what a policy that keeps its shape pays. The slots are
+    // refilled to a short context whenever one is empty or would run out of room. false: the memory cannot hold it.
+    bool block(shape & s, std::size_t o) {
+        m_.set_decode_threads(options[o]);
+        for (std::int32_t b = 0; b < n_block_; ++b) {
+            for (std::int32_t k = 0; k < s.requests; ++k) {
+                const std::int32_t n_past = m_.n_past(s.first + k);
+                if (n_past == 0 || n_past + s.rows + 1 > room_ / 2) {
+                    for (std::int32_t j = 0; j < s.requests; ++j) fill_context(m_, s.first + j, n_short, n_vocab_);
+                    break;
+                }
+            }
+            const double t = time_batch(m_, s.first, s.requests, s.rows, n_vocab_);
+            if (t <= 0) return false;
+            (b == 0 ? s.changed[o] : s.steady[o]).push_back(t);
+        }
+        return true;
+    }
+    // After option o was timed on s in the first round: o is no longer timed on larger shapes of the same kind once
+    // it was much slower than the context's own count.
+    void drop_slow(const shape & s, std::vector<bool> & alive, double drop_slower) const {
+        for (std::size_t o = 1; o < options.size(); ++o) {
+            alive[o] = alive[o] && (!s.tried[o] || fastest(s.steady[o]) <= drop_slower * fastest(s.steady[0]));
+        }
+    }
+    // Rounds after the first, over all shapes and the options tried on each, while time is left: a slow spell of a
+    // shared machine then slows every shape a little instead of one shape a lot.
+    void rounds(std::vector<shape> & shapes, std::int32_t n_reps, double deadline_us) {
+        for (std::int32_t r = 1; r < n_reps; ++r) {
+            for (shape & s : shapes) {
+                if (now_us() > deadline_us) return;
+                for (std::size_t o = 0; o < options.size(); ++o) {
+                    if (s.tried[o]) block(s, o);
+                }
+            }
+        }
+    }
+};
 
 }  // namespace
 
 cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_params & p) {
-    const double       t_start  = now_us();
-    const std::int32_t n_vocab  = m.n_vocab();
-    const std::int32_t room     = m.n_ctx_slot();
-    const std::int32_t n_short  = std::min<std::int32_t>(8, room / 8);
+    const double       t_start = now_us();
+    const double       deadline = t_start + p.max_seconds * 1e6;
+    const std::int32_t room    = m.n_ctx_slot();
     cost_table         table;
+    {
+        timer c(m, p);
+        fill_context(m, slot, c.n_short, m.n_vocab());
+        time_rows(m, slot, 1, m.n_vocab());  // warm-up: first passes allocate
+        if (room >= 16) {
+            time_rows(m, slot, 2, m.n_vocab());  // so that the first 1-row block follows another size, as every block does
+        }
+        // Round robin over the sizes, repeated (timer::rounds). Each size is timed with the context's threads and,
+        // for small models, with one thread: on stories260K with two threads a 2-row pass took 0.56 ms and with one
+        // 0.17 ms (ggml's sgemm splits tiny matrices into chunks the threads contend for). The first round also
+        // decides which sizes fit the context, the sequence ids and the time budget.
+        std::vector<shape> sizes;
+        std::vector<bool>  alive(c.options.size(), true);
+        for (std::int32_t rows : p.rows) {
+            if (rows > room / 4 || (m.trees() && rows > m.n_leaves_max() + 1) || (rows > 1 && now_us() > deadline)) {
+                break;
+            }
+            shape s  = c.make(slot, 1, rows);
+            bool  ok = true;
+            for (std::size_t o = 0; o < c.options.size() && ok; ++o) {
+                // One row always runs on the context's threads, as plain decoding does: flash attention splits a
+                // single row's KV range across threads, so another count would change its rounding.
+                if (alive[o] && (o == 0 || rows > 1)) ok = s.tried[o] = c.block(s, o);
+            }
+            if (!ok) break;
+            c.drop_slow(s, alive, p.drop_slower);
+            sizes.push_back(std::move(s));
+        }
+        c.rounds(sizes, p.n_reps, deadline);
+        std::vector<double> rebuilds;
+        for (const shape & s : sizes) {
+            table.rows.push_back(s.rows);
+            table.t_us.push_back(s.t());
+            table.threads.push_back(c.options[s.best()]);
+            // Only the context's own blocks follow another size (the one-thread block follows the same size).
+            rebuilds.push_back(fastest(s.changed[0]) - fastest(s.steady[0]));
+        }
+        // One figure for all sizes: building a graph costs about the same whatever the batch size.
+        table.rebuild_us = std::max(0.0, median(rebuilds));
+        if (table.rows.empty()) {
+            m.clear(slot);
+            return table;
+        }
 
-    const own_threads_at_exit reset_threads{m};
-    fill_context(m, slot, n_short, n_vocab);
-    time_rows(m, slot, 1, n_vocab);  // warm-up: first passes allocate
-    if (room >= 16) {
-        time_rows(m, slot, 2, n_vocab);  // so that the first 1-row block follows another size, as every block does
-    }
-    // Round robin over the sizes, repeated: a slow spell of a shared machine then slows every size a little instead
-    // of one size a lot (sizes measured one after another gave t(2) = 1.9 t(1) in one run, 1.45 in the next). Each
-    // visit is a block of passes of one size: its first pass follows another size and rebuilds llama.cpp's graph
-    // (changed), the others reuse it (steady), which is what a policy that keeps its shape pays. Each size is timed
-    // with the context's threads and, for small models, with one thread: on stories260K with two threads a 2-row
-    // pass took 0.56 ms and with one 0.17 ms (ggml's sgemm splits tiny matrices into chunks the threads contend for).
-    struct timing {
-        std::vector<double> steady, changed;
-    };
-    const std::vector<std::int32_t>            options = thread_options(m, p);
-    std::vector<std::int32_t>                  sizes;
-    std::vector<std::vector<timing>>           ts;     // [size][option]
-    std::vector<bool>                          alive(options.size(), true);
-    std::vector<std::vector<bool>>             tried;  // [size][option]: measured in the first round
-    auto measure = [&](std::int32_t rows) {
-        if (m.n_past(slot) + rows + 1 > room / 2) {
-            fill_context(m, slot, n_short, n_vocab);
-        }
-        return time_rows(m, slot, rows, n_vocab);
-    };
-    const std::int32_t n_block = std::max(2, p.n_block);
-    auto measure_block = [&](std::size_t i, std::size_t o) {
-        m.set_decode_threads(options[o]);
-        for (std::int32_t b = 0; b < n_block; ++b) {
-            const double t = measure(sizes[i]);
-            if (t <= 0) return false;
-            (b == 0 ? ts[i][o].changed : ts[i][o].steady).push_back(t);
-        }
-        return true;
-    };
-    // The first round also decides which sizes fit the context, the sequence ids and the time budget, and drops
-    // the one-thread option for the sizes after one where it was much slower.
-    for (std::int32_t rows : p.rows) {
-        if (rows > room / 4 || (m.trees() && rows > m.n_leaves_max() + 1) ||
-            (rows > 1 && now_us() - t_start > p.max_seconds * 1e6)) {
-            break;
-        }
-        sizes.push_back(rows);
-        ts.emplace_back(options.size());
-        tried.emplace_back(options.size(), false);
-        bool ok = true;
-        for (std::size_t o = 0; o < options.size() && ok; ++o) {
-            // One row always runs on the context's threads, as plain decoding does: flash attention splits a single
-            // row's KV range across threads, so another count would change its rounding.
-            if (alive[o] && (o == 0 || rows > 1)) {
-                ok           = measure_block(sizes.size() - 1, o);
-                tried.back()[o] = ok;
+        // Attention: the same sizes again at a long context fill.
+        const std::int32_t n_long = std::min(p.n_past_long, room / 2);
+        if (n_long > 4 * c.n_short && now_us() < deadline) {
+            fill_context(m, slot, n_long, m.n_vocab());
+            std::vector<double> slopes;
+            for (size_t k = 0; k < table.rows.size(); k += std::max<size_t>(1, table.rows.size() / 3)) {
+                const std::int32_t rows = table.rows[k];
+                if (m.n_past(slot) + rows + 1 > room) break;
+                m.set_decode_threads(table.threads[k]);
+                std::vector<double> ts;
+                for (int r = 0; r < p.n_reps; ++r) {
+                    const double t = time_rows(m, slot, rows, m.n_vocab());
+                    if (t > 0) ts.push_back(t);
+                }
+                if (ts.empty()) continue;
+                slopes.push_back((fastest(ts) - table.t_us[k]) / (double(rows) * double(m.n_past(slot) - c.n_short)));
             }
+            // A slope from differences of noisy timings can come out absurd on a busy machine; attention at the long
+            // fill is capped at doubling a single row's cost, which covers every model shape we have measured.
+            table.attn_us = std::clamp(median(slopes), 0.0, table.t_us[0] / double(std::max(1, n_long)));
         }
-        if (!ok) {
-            sizes.pop_back();
-            ts.pop_back();
-            tried.pop_back();
-            break;
-        }
-        for (std::size_t o = 1; o < options.size(); ++o) {
-            alive[o] = alive[o] && fastest(ts.back()[o].steady) <= p.drop_slower * fastest(ts.back()[0].steady);
-        }
-    }
-    for (int k = 1; k < p.n_reps; ++k) {
-        for (size_t i = 0; i < sizes.size() && now_us() - t_start <= p.max_seconds * 1e6; ++i) {
-            for (std::size_t o = 0; o < options.size(); ++o) {
-                if (tried[i][o]) measure_block(i, o);
-            }
-        }
-    }
-    std::vector<double> rebuilds;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-        const std::size_t best = fastest_option(tried[i], [&](std::size_t o) -> const auto & { return ts[i][o].steady; });
-        table.rows.push_back(sizes[i]);
-        table.t_us.push_back(fastest(ts[i][best].steady));
-        table.threads.push_back(options[best]);
-        // Only the context's own blocks follow another size (the one-thread block follows the same size).
-        rebuilds.push_back(fastest(ts[i][0].changed) - fastest(ts[i][0].steady));
-    }
-    // One figure for all sizes: building a graph costs about the same whatever the batch size.
-    table.rebuild_us = std::max(0.0, median(rebuilds));
-    if (table.rows.empty()) {
         m.clear(slot);
-        return table;
     }
-
-    // Attention: the same sizes again at a long context fill.
-    const std::int32_t n_long = std::min(p.n_past_long, room / 2);
-    if (n_long > 4 * n_short && now_us() - t_start < p.max_seconds * 1e6) {
-        fill_context(m, slot, n_long, n_vocab);
-        std::vector<double> slopes;
-        for (size_t k = 0; k < table.rows.size(); k += std::max<size_t>(1, table.rows.size() / 3)) {
-            const std::int32_t rows = table.rows[k];
-            if (m.n_past(slot) + rows + 1 > room) break;
-            m.set_decode_threads(table.threads[k]);
-            std::vector<double> ts;
-            for (int r = 0; r < p.n_reps; ++r) {
-                const double t = time_rows(m, slot, rows, n_vocab);
-                if (t > 0) ts.push_back(t);
-            }
-            if (ts.empty()) continue;
-            slopes.push_back((fastest(ts) - table.t_us[k]) / (double(rows) * double(m.n_past(slot) - n_short)));
-        }
-        // A slope from differences of noisy timings can come out absurd on a busy machine; attention at the long
-        // fill is capped at doubling a single row's cost, which covers every model shape we have measured.
-        table.attn_us = std::clamp(median(slopes), 0.0, table.t_us[0] / double(std::max(1, n_long)));
-    }
-    m.clear(slot);
     calibrate_batches(m, table, p);
     return table;
 }
@@ -218,100 +237,54 @@ void calibrate_batches(target_model & m, cost_table & table, const calibrate_par
     if (m.trees() || m.n_slots() < 2 || p.per.empty() || p.per.front() != 1 || !table.valid()) {
         return;  // trees share one pass however many requests: t(total rows) prices them
     }
-    const double       t_start = now_us();
-    const std::int32_t n_vocab = m.n_vocab();
-    const std::int32_t room    = m.n_ctx_slot();
-    const std::int32_t n_short = std::min<std::int32_t>(8, room / 8);
-    const std::int32_t n_block = std::max(2, p.n_block);
-    const own_threads_at_exit reset_threads{m};
+    const double deadline = now_us() + p.max_seconds_batches * 1e6;
+    timer        c(m, p);
     std::vector<std::int32_t> counts;
     for (std::int32_t s = 2; s < m.n_slots(); s *= 2) counts.push_back(s);
     counts.push_back(m.n_slots());
-    const std::vector<std::int32_t> options = thread_options(m, p);
-    auto over = [&] { return now_us() - t_start > p.max_seconds_batches * 1e6; };
 
-    struct entry {
-        std::size_t                      b   = 0;  // index into counts
-        std::int32_t                     per = 1;
-        std::vector<std::vector<double>> steady;   // per option
-        std::vector<bool>                tried;    // per option
-    };
-    std::vector<entry> es;
-    // A block of passes of one shape; as in calibrate_cost, the first follows another shape and is not kept.
-    auto block = [&](entry & e, std::size_t o) {
-        const std::int32_t n = counts[e.b];
-        m.set_decode_threads(options[o]);
-        for (std::int32_t k = 0; k < n_block; ++k) {
-            for (std::int32_t s = 0; s < n; ++s) {
-                if (m.n_past(s) == 0 || m.n_past(s) + e.per + 1 > room / 2) {
-                    for (std::int32_t r = 0; r < n; ++r) fill_context(m, r, n_short, n_vocab);
-                    break;
-                }
-            }
-            const double t = time_batch(m, 0, n, e.per, n_vocab);
-            if (t <= 0) return false;
-            if (k > 0) e.steady[o].push_back(t);
-        }
-        return true;
-    };
     // First round: which shapes fit (rows per pass, context room, time budget) and which thread counts are worth
-    // timing, dropped for longer chains once one thread is much slower. Chain lengths go in the outer loop, so a time
-    // budget that runs out leaves every request count its short chains. One row per request keeps the context's
-    // count, as plain decoding does (see calibrate_cost).
-    auto best_option = [&](const entry & e) {
-        return fastest_option(e.tried, [&](std::size_t o) -> const auto & { return e.steady[o]; });
-    };
-    auto best_time = [&](const entry & e) { return fastest(e.steady[best_option(e)]); };
-    bool settled = false;  // the grid agrees with the one-request table
-    std::vector<std::vector<bool>> alive(counts.size(), std::vector<bool>(options.size(), true));
+    // timing. Chain lengths go in the outer loop, so a time budget that runs out leaves every request count its
+    // short chains. One row per request keeps the context's count, as plain decoding does (see calibrate_cost).
+    std::vector<shape>             shapes;
+    std::vector<std::vector<bool>> alive(counts.size(), std::vector<bool>(c.options.size(), true));
     std::vector<bool>              full(counts.size(), false);  // no longer chain fits
+    bool                           settled = false;             // the grid agrees with the one-request table
     for (const std::int32_t per : p.per) {
         for (std::size_t b = 0; b < counts.size(); ++b) {
-            if (full[b] || counts[b] * per > m.n_rows_max() || n_short + per + 1 > room / 2 || (per > 1 && over())) {
+            full[b] = full[b] || counts[b] * per > m.n_rows_max() || c.n_short + per + 1 > m.n_ctx_slot() / 2 ||
+                      (per > 1 && now_us() > deadline);
+            if (full[b]) continue;
+            shape s = c.make(0, counts[b], per);
+            for (std::size_t o = 0; o < c.options.size(); ++o) {
+                if (alive[b][o] && (o == 0 || per > 1)) s.tried[o] = c.block(s, o);
+            }
+            if (!s.tried[0]) {  // the memory cannot hold it: nor longer chains
                 full[b] = true;
                 continue;
             }
-            entry e{b, per, std::vector<std::vector<double>>(options.size()), std::vector<bool>(options.size(), false)};
-            for (std::size_t o = 0; o < options.size(); ++o) {
-                if (alive[b][o] && (o == 0 || per > 1)) e.tried[o] = block(e, o);
-            }
-            if (!e.tried[0]) {  // the memory cannot hold it: nor longer chains
-                full[b] = true;
-                continue;
-            }
-            for (std::size_t o = 1; o < options.size(); ++o) {
-                alive[b][o] = alive[b][o] && (per == 1 || (e.tried[o] && fastest(e.steady[o]) <=
-                                                                             p.drop_slower * fastest(e.steady[0])));
-            }
-            es.push_back(std::move(e));
+            c.drop_slow(s, alive[b], p.drop_slower);
+            shapes.push_back(std::move(s));
         }
         // Where llama.cpp's work grows with total rows whatever the sequences (weight-bound models: TinyLlama Q4_0,
         // 4 requests x 2 rows 174 ms, one 8-row chain 178 ms), the one-request table already prices batches: keep
         // the short chains measured, which the prediction extends as that table, and spend no more time.
-        if (per >= 2 && std::all_of(es.begin(), es.end(), [&](const entry & e) {
-                const double r = best_time(e) / table.predict_us(counts[e.b] * e.per, 0);
-                return std::abs(r - 1) <= p.grid_agree;
-            })) {
-            settled = true;
-            break;
-        }
+        settled = per >= 2 && std::all_of(shapes.begin(), shapes.end(), [&](const shape & s) {
+                      return std::abs(s.t() / table.predict_us(s.requests * s.rows, 0) - 1) <= p.grid_agree;
+                  });
+        if (settled) break;
     }
-    for (std::int32_t k = 1; k < p.n_reps && !over() && !settled; ++k) {
-        for (auto & e : es) {
-            for (std::size_t o = 0; o < options.size() && !over(); ++o) {
-                if (e.tried[o]) block(e, o);
-            }
-        }
-    }
-    std::stable_sort(es.begin(), es.end(), [](const entry & a, const entry & b) { return a.b < b.b; });
-    for (const entry & e : es) {
-        if (e.per == 1) table.batches.push_back({counts[e.b], {}, {}, {}});
+    if (!settled) c.rounds(shapes, p.n_reps, deadline);
+    std::stable_sort(shapes.begin(), shapes.end(),
+                     [](const shape & a, const shape & b) { return a.requests < b.requests; });
+    for (const shape & s : shapes) {
+        if (s.rows == 1) table.batches.push_back({s.requests, {}, {}, {}});
         cost_table::batch_costs & bc = table.batches.back();
-        bc.per.push_back(e.per);
-        bc.t_us.push_back(best_time(e));
-        bc.threads.push_back(options[best_option(e)]);
+        bc.per.push_back(s.rows);
+        bc.t_us.push_back(s.t());
+        bc.threads.push_back(c.options[s.best()]);
     }
-    for (std::int32_t s = 0; s < counts.back(); ++s) m.clear(s);
+    for (std::int32_t k = 0; k < counts.back(); ++k) m.clear(k);
 }
 
 }  // namespace rest
