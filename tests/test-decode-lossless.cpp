@@ -23,14 +23,15 @@ cost_table k_gpu_costs() {
 }
 
 struct run_out {
-    std::vector<token_id> tokens;
-    stop_reason           stopped;
-    generation_stats      stats;
-    std::vector<token_id> memory;
+    std::vector<token_id>       tokens;
+    stop_reason                 stopped;
+    generation_stats            stats;
+    std::vector<token_id>       memory;
+    std::vector<token_logprobs> logprobs;
 };
 
 run_out run_once(fake_target & m, std::span<const token_id> prompt, draft_provider * d, int n_predict,
-                 token_id eog, int n_draft_max) {
+                 token_id eog, int n_draft_max, int n_logprobs = -1) {
     greedy_sampler s;
     decoder        dec(m, nullptr);
     request        r;
@@ -39,8 +40,9 @@ run_out run_once(fake_target & m, std::span<const token_id> prompt, draft_provid
     r.sampler            = &s;
     r.draft              = d;
     r.is_eog             = [eog](token_id t) { return t == eog; };
+    r.n_logprobs         = n_logprobs;
     dec.run(r, prompt);
-    return {r.output, r.stopped, r.stats, m.memory(0)};
+    return {r.output, r.stopped, r.stats, m.memory(0), r.logprobs};
 }
 
 TEST(decoder_lossless, random_trees_equal_plain_greedy) {
@@ -282,31 +284,21 @@ TEST(decoder_lossless, logprobs_follow_every_emitted_token_with_speculation) {
         const int             n_top   = std::uniform_int_distribution<int>(0, 5)(rng);
         std::vector<token_id> prompt(std::uniform_int_distribution<int>(1, 8)(rng));
         for (auto & t : prompt) t = std::uniform_int_distribution<int>(0, n_vocab - 1)(rng);
-        auto run = [&](fake_target & m, draft_provider * d) {
-            greedy_sampler s;
-            request        r;
-            r.params.n_predict   = 60;
-            r.params.n_draft_max = d ? 16 : 0;
-            r.sampler            = &s;
-            r.draft              = d;
-            r.is_eog             = [](token_id) { return false; };
-            r.n_logprobs         = n_top;
-            decoder(m, nullptr).run(r, prompt);
-            return r;
-        };
         fake_target    plain_m(n_vocab, 200, 1, c), spec_m(n_vocab, 200, 1, c);
         oracle_drafter d(spec_m, c + 3, 0.8, 4, 8);
-        const request  plain = run(plain_m, nullptr), spec = run(spec_m, &d);
-        ASSERT_EQ(spec.output, plain.output) << "case " << c;
-        ASSERT_EQ(plain.logprobs.size(), plain.output.size());
-        ASSERT_EQ(spec.logprobs.size(), spec.output.size());
+        const token_id no_eog = -5;
+        const auto     plain  = run_once(plain_m, prompt, nullptr, 60, no_eog, 0, n_top);
+        const auto     spec   = run_once(spec_m, prompt, &d, 60, no_eog, 16, n_top);
+        ASSERT_EQ(spec.tokens, plain.tokens) << "case " << c;
+        ASSERT_EQ(plain.logprobs.size(), plain.tokens.size());
+        ASSERT_EQ(spec.logprobs.size(), spec.tokens.size());
         std::vector<token_id> prefix = prompt;
-        for (size_t i = 0; i < plain.output.size(); ++i) {
+        for (size_t i = 0; i < plain.tokens.size(); ++i) {
             const std::string where = "case " + std::to_string(c) + " token " + std::to_string(i);
-            const auto        ref   = naive_logprobs(plain_m.logits_for(prefix), plain.output[i], n_top);
+            const auto        ref   = naive_logprobs(plain_m.logits_for(prefix), plain.tokens[i], n_top);
             expect_near(plain.logprobs[i], ref, where);
             expect_near(spec.logprobs[i], ref, where + " (speculative)");
-            prefix.push_back(plain.output[i]);
+            prefix.push_back(plain.tokens[i]);
             ++n_checked;
         }
     }

@@ -220,8 +220,9 @@ class adaptive_budget final : public budget_policy {
     std::int32_t                            skip_ = 0;        // steps left before drafting again
     std::int32_t                            last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     std::size_t                             last_equal_ = 1;  // its n_equal
-    const double & correction_slot(std::int32_t n_rows, std::size_t n_equal) const;  // the EMA of this shape
-    double         correction_of(std::int32_t n_rows, std::size_t n_equal) const;   // ... or the shared one
+    // The EMA of this shape (a grid point, or a one-request size), for reading or updating.
+    template <class Self> static auto & correction_slot(Self & self, std::int32_t n_rows, std::size_t n_equal);
+    double correction_of(std::int32_t n_rows, std::size_t n_equal) const;  // ... or the shared one if unobserved
     static constexpr std::size_t            k_recent = 32;
     std::array<std::int32_t, k_recent>      recent_{};        // most nodes chosen for a request, last steps (ring)
     std::size_t                             recent_at_ = 0;

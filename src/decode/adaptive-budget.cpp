@@ -10,15 +10,15 @@ adaptive_budget::adaptive_budget(cost_table table, adaptive_budget_params params
     for (const auto & b : table_.batches) correction_batch_.emplace_back(std::max<size_t>(1, b.per.size()), 0.0);
 }
 
-const double & adaptive_budget::correction_slot(std::int32_t n_rows, std::size_t n_equal) const {
-    const auto [b, r] = table_.nearest_batch(n_equal, n_rows);
-    return b < correction_batch_.size() ? correction_batch_[b][r] : correction_[table_.nearest(n_rows)];
+template <class Self> auto & adaptive_budget::correction_slot(Self & self, std::int32_t n_rows, std::size_t n_equal) {
+    const auto [b, r] = self.table_.nearest_batch(n_equal, n_rows);
+    return b < self.correction_batch_.size() ? self.correction_batch_[b][r] : self.correction_[self.table_.nearest(n_rows)];
 }
 
 double adaptive_budget::correction_of(std::int32_t n_rows, std::size_t n_equal) const {
     // A shape never observed since start-up takes the correction all shapes share (e.g. a machine busier now than
     // at calibration), so one stale entry cannot keep drafting switched off.
-    const double c = correction_slot(n_rows, n_equal);
+    const double c = correction_slot(*this, n_rows, n_equal);
     return c > 0 ? c : correction_all_;
 }
 
@@ -262,7 +262,7 @@ void adaptive_budget::observe_step(std::int32_t n_rows, std::size_t n_equal, std
     last_rows_        = n_rows;
     last_equal_       = n_equal;
     if (n_equal > 0 && base > 0 && t_us > 0) {
-        double & c = const_cast<double &>(correction_slot(n_rows, n_equal));  // the policy's own, non-const here
+        double & c = correction_slot(*this, n_rows, n_equal);
         if (c <= 0) c = correction_all_;
         // Clamp single observations so one preempted step cannot swing the model.
         const double ratio = std::clamp(t_us / base, 0.25 * c, 4.0 * c);
