@@ -95,6 +95,7 @@ void run_streams_bench(bench_args a, const std::vector<prompt_record> & records)
         for (const auto & r : records) longest = std::max(longest, r.turns.front().size());
         a.sp.ctx.n_ctx = (std::int32_t) (longest + 2 + (std::size_t) std::max(0, a.n_predict) + 8) * a.sp.ctx.n_slots;
     }
+    a.sp.warm_start = false;  // the bench's policies start cold (bench-methods.cpp)
     session               s(a.sp);
     bench::streams_params p;
     for (const auto & r : records) p.prompts.push_back(s.tokenize_prompt(r.turns.front()));
@@ -128,7 +129,9 @@ void run_bench(const bench_args & a) {
         return;
     }
     const auto load_start = loadavg();
-    session    s(a.sp);
+    session_params sp = a.sp;
+    sp.warm_start     = false;  // the bench's policies start cold (bench-methods.cpp)
+    session    s(sp);
     const auto & tok = s.model().vocab();
 
     bench::method_config mc = a.mc;

@@ -88,6 +88,7 @@ void run_generate(const generate_args & a) {
         std::fflush(stdout);
         total.add(r.stats);
     }
+    s.save_learned();
     const double gen_us = total.t_total_us - total.t_prefill_us;
     std::fprintf(stderr,
                  "rest: %lld tokens in %.1f ms (%.1f tok/s), %lld forward passes, %.2f tokens/forward, "
@@ -127,6 +128,8 @@ void add_generate_command(CLI::App & root) {
     add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");
+    cmd->add_flag("--no-warm-start", [a](std::int64_t) { a->sp.warm_start = false; },
+                  "Start the automatic budget cold: neither read nor write what earlier runs learned");
     cmd->add_flag("--json", a->json, "Print one JSON object per prompt (text, tokens, stats)");
     cmd->callback([a] { run_generate(*a); });
 }

@@ -1,5 +1,9 @@
 #include "cost-cache.h"
 
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -15,10 +20,40 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path cache_dir() {
-    if (const char * d = std::getenv("RESTCPP_CACHE_DIR")) return fs::path(d) / "costs";
-    if (const char * d = std::getenv("XDG_CACHE_HOME")) return fs::path(d) / "rest.cpp" / "costs";
-    if (const char * d = std::getenv("HOME")) return fs::path(d) / ".cache" / "rest.cpp" / "costs";
-    return fs::temp_directory_path() / "rest.cpp-costs";
+    if (const char * d = std::getenv("RESTCPP_CACHE_DIR")) return fs::path(d);
+    if (const char * d = std::getenv("XDG_CACHE_HOME")) return fs::path(d) / "rest.cpp";
+    if (const char * d = std::getenv("HOME")) return fs::path(d) / ".cache" / "rest.cpp";
+    return fs::temp_directory_path() / "rest.cpp-cache";
+}
+
+std::string file_name(const std::string & key, const char * ext) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%016zx", std::hash<std::string>{}(key));
+    return name + std::string(ext);
+}
+
+// "path|size|mtime" of a file ("" for none): a rebuilt datastore or model is another one.
+std::string file_identity(const std::string & path) {
+    if (path.empty()) return "";
+    std::error_code ec;
+    const auto size  = fs::file_size(path, ec);
+    const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
+    return fs::absolute(path, ec).string() + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+}
+
+// Writes text to path through a temporary file renamed over it, so a reader never sees half a file.
+bool write_atomically(const fs::path & path, const std::string & text) {
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp);
+        if (!(out << text) || !(out.flush())) return false;
+    }
+    fs::rename(tmp, path, ec);
+    if (!ec) return true;
+    fs::remove(tmp, ec);
+    return false;
 }
 
 void print_table(const rest::cost_table & t, const std::string & how) {
@@ -42,18 +77,8 @@ void print_table(const rest::cost_table & t, const std::string & how) {
 
 rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_model & ctx,
                                          const rest::context_params & cp, bool verbose, bool recalibrate) {
-    const auto & info = m.info();
-    std::error_code ec;
-    const auto size  = fs::file_size(info.path, ec);
-    const auto mtime = fs::last_write_time(info.path, ec).time_since_epoch().count();
-    const int  threads = cp.n_threads > 0 ? cp.n_threads : (int) std::thread::hardware_concurrency();
-    const std::string key = fs::absolute(info.path, ec).string() + "|" + std::to_string(size) + "|" +
-                            std::to_string(mtime) + "|" + info.backend + "|t" + std::to_string(threads) + "|b" +
-                            std::to_string(cp.n_batch) + (cp.trees ? "|trees" : "|chains") + "|fa" +
-                            std::to_string(cp.flash_attn) + "|s" + std::to_string(ctx.n_slots());
-    char name[32];
-    std::snprintf(name, sizeof(name), "%016zx.txt", std::hash<std::string>{}(key));
-    const fs::path path = cache_dir() / name;
+    const std::string key = cost_cache_key(m, ctx, cp);
+    const fs::path path = cache_dir() / "costs" / file_name(key, ".txt");
 
     if (std::ifstream in(path); in && !recalibrate) {
         std::string line;
@@ -87,14 +112,104 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
         std::snprintf(how, sizeof(how), "measured in %.1f s", secs);
         print_table(t, std::string(how) + " (cached in " + path.string() + ")");
     }
-    if (t.valid()) {
-        fs::create_directories(path.parent_path(), ec);
-        const fs::path tmp = path.string() + ".tmp";
-        if (std::ofstream out(tmp); out) {
-            out << t.serialize() << "\n" << key << "\n";
-            out.close();
-            fs::rename(tmp, path, ec);
-        }
-    }
+    if (t.valid()) write_atomically(path, t.serialize() + "\n" + key + "\n");
     return t;
+}
+
+measured_context open_measured_context(const rest::model & m, rest::context_params cp, const std::string & layout,
+                                       bool verbose, bool recalibrate) {
+    measured_context mc;
+    cp.trees = rest::layout_uses_trees(layout);
+    for (int pass = 0; pass < 2; ++pass) {
+        mc.ctx   = m.new_context(cp);
+        mc.costs = load_or_calibrate_costs(m, *mc.ctx, cp, verbose, recalibrate);
+        mc.key   = cost_cache_key(m, *mc.ctx, cp);
+        mc.trees = cp.trees;
+        const bool flat = mc.costs.valid() &&
+                          mc.costs.predict_us(k_flat_rows, 0) <= k_flat_factor * mc.costs.predict_us(1, 0);
+        if (layout != "auto" || cp.trees || !flat) break;
+        if (verbose) std::fprintf(stderr, "rest: t(%d) <= %.1f x t(1): verifying trees\n", k_flat_rows, k_flat_factor);
+        mc.ctx.reset();  // one context at a time: the tree context's pool takes the memory
+        cp.trees = true;
+    }
+    return mc;
+}
+
+std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx, const rest::context_params & cp) {
+    const int threads = cp.n_threads > 0 ? cp.n_threads : (int) std::thread::hardware_concurrency();
+    return file_identity(m.info().path) + "|" + m.info().backend + "|t" + std::to_string(threads) + "|b" +
+           std::to_string(cp.n_batch) + (cp.trees ? "|trees" : "|chains") + "|fa" + std::to_string(cp.flash_attn) +
+           "|s" + std::to_string(ctx.n_slots());
+}
+
+namespace {
+
+constexpr int k_state_version = 1;
+
+std::string state_key(const std::string & key, const std::string & index_path) {
+    return key + "|index " + file_identity(index_path);
+}
+
+fs::path state_path(const std::string & full_key) { return cache_dir() / "budget" / file_name(full_key, ".json"); }
+
+}  // namespace
+
+std::string budget_state_to_json(const rest::budget_state & s, const std::string & key) {
+    nlohmann::json acc = nlohmann::json::array(), costs = nlohmann::json::array();
+    for (const auto & b : s.acceptance) acc.push_back({b.n, b.accepted});
+    for (const auto & [rows, ratio] : s.cost_ratio) costs.push_back({rows, ratio});
+    return nlohmann::json{{"format", "rest-budget-state"}, {"version", k_state_version}, {"key", key},
+                          {"acceptance", acc}, {"cost_ratio", costs}, {"cost_ratio_all", s.cost_ratio_all},
+                          {"t_draft_us", s.t_draft_us}, {"gain", s.gain}, {"n_off", s.n_off}}.dump(1) + "\n";
+}
+
+std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key,
+                                                         std::string & why) {
+    try {
+        const auto j = nlohmann::json::parse(text);
+        if (!j.is_object() || j.value("format", "") != "rest-budget-state") {
+            why = "not a budget state";
+            return std::nullopt;
+        }
+        if (j.value("version", 0) != k_state_version) {
+            why = "version " + j.value("version", nlohmann::json()).dump() + ", expected " + std::to_string(k_state_version);
+            return std::nullopt;
+        }
+        if (j.value("key", "") != key) {
+            why = "made for another model, datastore or setting";
+            return std::nullopt;
+        }
+        rest::budget_state s;
+        for (const auto & b : j.at("acceptance")) s.acceptance.push_back({b.at(0).get<double>(), b.at(1).get<double>()});
+        for (const auto & c : j.at("cost_ratio")) s.cost_ratio.emplace_back(c.at(0).get<std::int32_t>(), c.at(1).get<double>());
+        s.cost_ratio_all = j.at("cost_ratio_all").get<double>();
+        s.t_draft_us     = j.at("t_draft_us").get<double>();
+        s.gain           = j.at("gain").get<std::vector<double>>();
+        s.n_off          = j.at("n_off").get<std::vector<std::int32_t>>();
+        return s;
+    } catch (const std::exception & e) {
+        why = e.what();
+        return std::nullopt;
+    }
+}
+
+std::optional<rest::budget_state> load_budget_state(const std::string & key, const std::string & index_path) {
+    const std::string full = state_key(key, index_path);
+    const fs::path    path = state_path(full);
+    std::ifstream     in(path);
+    if (!in) return std::nullopt;
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string why;
+    auto        s = budget_state_from_json(text.str(), full, why);
+    if (!s) std::fprintf(stderr, "rest: warning: ignoring the budget cache %s (%s)\n", path.string().c_str(), why.c_str());
+    return s;
+}
+
+void save_budget_state(const std::string & key, const std::string & index_path, const rest::budget_state & state) {
+    const std::string full = state_key(key, index_path);
+    const fs::path    path = state_path(full);
+    if (!write_atomically(path, budget_state_to_json(state, full))) {
+        std::fprintf(stderr, "rest: warning: cannot write the budget cache %s\n", path.string().c_str());
+    }
 }

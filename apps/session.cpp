@@ -14,37 +14,44 @@ session::session(const session_params & params) : params_(params) {
     }
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
     open_context(params);
-    if (!params.speculate || params.n_draft_fixed >= 0) {
-        policy_ = std::make_unique<rest::fixed_budget>(params.speculate ? params.n_draft_fixed : 0, costs_);
-    } else {
-        rest::adaptive_budget_params bp;
-        bp.n_max = params.n_draft_max >= 0 ? params.n_draft_max : params.draft.n_budget_max;
-        policy_  = std::make_unique<rest::adaptive_budget>(costs_, bp);
+    rest::budget_spec spec;
+    spec.speculate = params.speculate;
+    spec.n_fixed   = params.n_draft_fixed;
+    spec.n_max     = params.n_draft_max >= 0 ? params.n_draft_max : params.draft.n_budget_max;
+    spec.costs     = costs_;
+    // The automatic budget starts where the last run with this model, datastore and setting ended.
+    if (params.speculate && params.n_draft_fixed < 0 && params.warm_start) {
+        warm_ = load_budget_state(cost_key_, params.index_path);
+        spec.warm = warm_ ? &*warm_ : nullptr;
     }
+    n_draft_cap_ = rest::budget_cap(spec);
+    policy_      = rest::make_budget_policy(spec);
     decoder_ = std::make_unique<rest::decoder>(*ctx_, policy_.get());
 }
 
 session::~session() = default;
 
 void session::open_context(const session_params & params) {
-    rest::context_params cp = params.ctx;
-    cp.trees                = rest::layout_uses_trees(params.layout, params.n_gpu_layers);
     if (!params.speculate) {
-        cp.trees = false;  // plain decoding: llama.cpp's own layout
-        ctx_     = model_->new_context(cp);
-        layout_  = "plain";
+        rest::context_params cp = params.ctx;
+        cp.trees                = false;  // plain decoding: llama.cpp's own layout
+        rest::layout_uses_trees(params.layout);  // still a user error when malformed
+        ctx_    = model_->new_context(cp);
+        layout_ = "plain";
         return;
     }
-    // Why rest::layout_uses_trees picks chains on CPUs and trees on GPUs: on a CPU, t(N) grows steeply, so budgets
-    // are small and a tree's best path holds most of its value; the chain layout avoids the tree layout's fixed
-    // per-pass cost in llama.cpp (~0.1 ms, a third of a tiny model's step), and it keeps the KV cells in position
-    // order, which (with flash attention on quantized models) makes verification reproduce plain decoding bit for
-    // bit: trees leave holes where rejected nodes were, and later tokens fill them, which changes the order of
-    // attention sums. On GPUs t(N) is flat up to ~64 rows, and wide trees pay.
-    ctx_    = model_->new_context(cp);
-    layout_ = cp.trees ? "tree" : "chain";
-    // Fixed budgets too: they take its per-size thread counts.
-    costs_ = load_or_calibrate_costs(*model_, *ctx_, cp, params.verbose, params.recalibrate);
+    // Fixed budgets take the table too: its per-size thread counts.
+    measured_context mc = open_measured_context(*model_, params.ctx, params.layout, params.verbose, params.recalibrate);
+    ctx_      = std::move(mc.ctx);
+    costs_    = std::move(mc.costs);
+    cost_key_ = std::move(mc.key);
+    layout_   = mc.trees ? "tree" : "chain";
+}
+
+void session::save_learned() const {
+    if (params_.speculate && params_.n_draft_fixed < 0 && params_.warm_start && ran_) {
+        save_budget_state(cost_key_, params_.index_path, policy_->export_state());
+    }
 }
 
 std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) const {
@@ -64,14 +71,12 @@ run_result session::run(std::span<const rest::token_id> prompt, const run_option
     rest::request r;
     r.slot             = 0;
     r.params.n_predict = opt.n_predict;
-    r.params.n_draft_max = !opt.speculate                ? 0
-                           : params_.n_draft_fixed >= 0   ? params_.n_draft_fixed
-                           : params_.n_draft_max >= 0     ? params_.n_draft_max
-                                                          : dp.n_budget_max;
+    r.params.n_draft_max = opt.speculate ? n_draft_cap_ : 0;
     r.sampler          = sampler.get();
     r.draft            = drafter.get();
     r.is_eog           = [this](rest::token_id t) { return model_->is_eog(t); };
     r.on_token         = opt.on_token;
     decoder_->run(r, prompt);
+    ran_ = ran_ || opt.speculate;
     return {std::move(r.output), r.stopped, r.stats};
 }

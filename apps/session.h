@@ -7,10 +7,11 @@
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 #include "rest/llama-model.h"
-#include "rest/cost-model.h"
+#include "rest/budget.h"
 #include "rest/sampler.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct session_params {
     // How drafts are verified: "tree" (a unified KV pool, branches), "chain" (each tree's best path, in the slot's
     // own sequence, as cheap per step as plain decoding) or "auto" (chains on CPUs, trees on GPUs; see session.cpp).
     std::string          layout = "auto";
+    // Start the automatic budget from what the last run with this model, datastore and setting learned (the
+    // budget cache, apps/cost-cache.h); save_learned() writes it back.
+    bool                 warm_start = true;
 };
 
 struct run_options {
@@ -63,6 +67,10 @@ class session {
 
     std::vector<rest::token_id> tokenize_prompt(const std::string & text) const;
     run_result run(std::span<const rest::token_id> prompt, const run_options & opt);
+    // Saves what the automatic budget learned, for the next run (nothing for fixed budgets or plain decoding).
+    void save_learned() const;
+    // The cost cache's key for this session's context (apps/cost-cache.h).
+    const std::string & cost_key() const { return cost_key_; }
 
   private:
     void open_context(const session_params & params);  // sets ctx_, costs_, layout_
@@ -74,6 +82,10 @@ class session {
     std::unique_ptr<rest::target_model>  ctx_;
     std::unique_ptr<rest::budget_policy> policy_;
     rest::cost_table                     costs_;
+    std::string                          cost_key_;
+    std::optional<rest::budget_state>    warm_;
+    std::int32_t                         n_draft_cap_ = 0;
+    bool                                 ran_ = false;  // a speculative run happened (something was learned)
     std::string                          layout_;
     std::unique_ptr<rest::decoder>       decoder_;
 };

@@ -15,7 +15,7 @@
 // $RESTCPP_CACHE_DIR or ~/.cache/rest.cpp, under costs/). Plain
 // decoding costs t(1) per token. Prompt processing is left out for every policy alike.
 #include "generations.h"
-#include "rest/cost-model.h"
+#include "rest/budget.h"
 #include "rest/datastore.h"
 #include "rest/drafter.h"
 #include "rest/history-store.h"
@@ -65,11 +65,19 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             o.changes += rows != last_rows && last_rows != 0;
             last_rows = rows;
             const double t_draft = draft_a + draft_b * n_draft;
-            policy.observe_step(rows, 1, n_past, t, t_draft);
             std::vector<std::int32_t> path(a);
             for (std::int32_t i = 0; i < a; ++i) path[i] = i;
             if (!tree.empty()) policy.observe_acceptance(tree, n_real, path);
             const std::size_t step = std::min<std::size_t>(a + 1, s.output.size() - pos);
+            step_report rep;
+            rep.n_rows = rows;
+            rep.n_requests = 1;
+            rep.n_past = n_past;
+            rep.t_pass_us = t;
+            rep.t_draft_us = t_draft;
+            rep.n_tokens = (std::int64_t) step;
+            rep.drafted = true;
+            policy.observe_step(rep);
             dr.accept(std::span<const token_id>(s.output.data() + pos, step));
             pos += step;
             n_past += (std::int32_t) step;
@@ -134,11 +142,13 @@ int main(int argc, char ** argv) {
             std::printf("%-10s %8.3f %7.3fx %9zu %9.1f\n", name.c_str(), (double) o.tokens / (double) o.steps,
                         t_plain / o.t_us, o.changes, o.t_us / 1000);
         };
-        adaptive_budget automatic(costs);
-        report("auto", replay(samples, *ds, costs, automatic, adaptive_budget_params{}.n_max, draft_a, draft_b));
+        budget_spec automatic;
+        automatic.costs = costs;
+        report("auto", replay(samples, *ds, costs, *make_budget_policy(automatic), budget_cap(automatic), draft_a, draft_b));
         for (const std::string & b : rest_bench::split(budgets_arg, ',')) {
-            fixed_budget fixed(std::stoi(b));
-            report("fixed " + b, replay(samples, *ds, costs, fixed, std::stoi(b), draft_a, draft_b));
+            budget_spec fixed;
+            fixed.n_fixed = std::stoi(b);
+            report("fixed " + b, replay(samples, *ds, costs, *make_budget_policy(fixed), fixed.n_fixed, draft_a, draft_b));
         }
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());

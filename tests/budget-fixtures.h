@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fake-model.h"
+#include "decode/online-budget.h"
 #include "rest/cost-model.h"
 
 #include <chrono>
@@ -33,7 +34,29 @@ inline draft_tree chain(int n, float p, std::uint8_t src = 1) {
     return t;
 }
 
-inline std::int32_t choose_one(adaptive_budget & b, const draft_tree & t, std::int32_t n_past = 10) {
+// What the decoder reports after a step: n_rows rows over n_equal requests (as step_report), all but drafting in
+// t_pass us, drafting in t_draft us, `tokens` emitted.
+inline step_report step_of(std::int32_t n_rows, double t_pass, double t_draft = 0, std::int64_t tokens = 1,
+                           bool drafted = false, std::size_t n_equal = 1, std::int32_t n_past = 10) {
+    step_report r;
+    r.n_rows     = n_rows;
+    r.n_requests = std::max<std::size_t>(n_equal, 1);
+    r.n_equal    = n_equal;
+    r.n_past     = n_past;
+    r.t_pass_us  = t_pass;
+    r.t_draft_us = t_draft;
+    r.n_tokens   = tokens;
+    r.drafted    = drafted;
+    return r;
+}
+
+inline online_budget_params no_exploration() {
+    online_budget_params p;
+    p.explore_obs = 0;
+    return p;
+}
+
+inline std::int32_t choose_one(budget_policy & b, const draft_tree & t, std::int32_t n_past = 10) {
     budget_query q{&t, n_past, (std::int32_t) t.size()};
     std::int32_t n = -1;
     b.choose({&q, 1}, {&n, 1});

@@ -2,3 +2,4 @@ rest_add_test(test-decode-lossless SOURCES test-decode-lossless.cpp LIBS rest-co
 rest_add_test(test-decode-costs SOURCES test-decode-costs.cpp LIBS rest-core LABELS decode)
 rest_add_test(test-decode-budget SOURCES test-decode-budget.cpp LIBS rest-core LABELS decode)
 rest_add_test(test-decode-steps SOURCES test-decode-steps.cpp LIBS rest-core LABELS decode)
+rest_add_test(test-decode-online SOURCES test-decode-online.cpp LIBS rest-core LABELS decode)

@@ -158,7 +158,7 @@ class oracle_drafter final : public rest::draft_provider {
             rest::token_id t = rest::argmax(l);
             if (u(rng_) > p_oracle_) t = tok(rng_);
             // siblings of this chain node: random distractors (distinct tokens)
-            score *= 0.9f;
+            score *= level_score;
             parent = tree.add(t, parent, score, 1);
             p.push_back(t);
         }
@@ -176,6 +176,8 @@ class oracle_drafter final : public rest::draft_provider {
         // Best-first order is the drafter's promise; a stable sort by score keeps parents first.
         return sorted(tree);
     }
+
+    float level_score = 0.9f;  // what the drafter claims per level of its greedy chain, right or not
 
     static rest::draft_tree sorted(const rest::draft_tree & in) {
         // Order by (score desc, index asc) then re-map parents; ancestors have scores >= descendants here.

@@ -1,7 +1,7 @@
 // The decoder on a fake model whose logits depend only on the prefix: speculative output must equal plain output
 // exactly, for random trees, slots, context limits, EOG and stop callbacks.
 #include "fake-model.h"
-#include "rest/cost-model.h"
+#include "decode/online-budget.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@ using rest_test::oracle_drafter;
 
 namespace {
 
-// GPU-like: verification costs the same up to 64 rows, so the adaptive budget drafts.
+// GPU-like: verification costs the same up to 64 rows, so the automatic budget drafts.
 cost_table k_gpu_costs() {
     cost_table c;
     c.rows = {1, 2, 4, 8, 16, 32, 64};
@@ -184,14 +184,14 @@ TEST(decoder_lossless, several_slots_in_one_batch) {
 
 // Chains of several requests (separate sequences) must hold equal row counts in every forward pass, because
 // llama.cpp runs unequal per-sequence counts as several passes: shorter chains are padded, and the padding must not
-// change any output. Without a policy (the longest chain sets k) and with the adaptive one.
+// change any output. Without a policy (the longest chain sets k) and with the automatic one.
 TEST(decoder_lossless, chains_of_several_slots_have_equal_rows_and_stay_lossless) {
     const int n_vocab = 17;
     for (const bool adaptive : {false, true}) {
-        SCOPED_TRACE(adaptive ? "adaptive budget" : "no policy");
+        SCOPED_TRACE(adaptive ? "automatic budget" : "no policy");
         fake_target m(n_vocab, 256, 4, 11);
         m.chains_only_ = true;
-        rest::adaptive_budget policy(k_gpu_costs());
+        rest::online_budget policy(k_gpu_costs());
         // Chains of 2, 4, 6 and 8 nodes, with different oracle rates.
         const auto reqs = run_four_slots(m, adaptive ? &policy : nullptr, 8, [&](int i) {
             return std::make_unique<oracle_drafter>(m, 200 + i, 0.3 + 0.2 * i, 5, 2 + 2 * i);

@@ -139,7 +139,7 @@ TEST(decoder, chain_drafting_sizes_its_tree_to_the_policys_hint) {
 TEST(decoder, runs_each_pass_on_the_thread_count_of_its_size) {
     cost_table c = table_of({1, 2, 4, 8}, {300, 100, 150, 250});
     c.threads    = {2, 1, 1, 2};
-    adaptive_budget b(c);
+    online_budget b(c);
     const auto      seen = threads_of_one_request(b, 60, 8);
     ASSERT_FALSE(seen.empty());
     for (const auto & [rows, threads] : seen) EXPECT_EQ(threads, c.threads_for(rows)) << rows;
@@ -164,7 +164,7 @@ std::vector<std::pair<int, int>> threads_of_requests(const cost_table & c, std::
     rest_test::fake_target f(40, 400, n_slots, 5);
     f.chains_only_ = true;
     threaded_target m(f);
-    adaptive_budget b(c);
+    online_budget b(c);
     std::vector<std::unique_ptr<rest_test::oracle_drafter>> drafters;
     std::vector<greedy_sampler> samplers(slots.size());
     std::vector<request>        rs(slots.size());

@@ -3,7 +3,7 @@
 // (top-2 logit gap < k_tie_eps), which is checked at the exact divergence point and counted.
 //   - stories260K with a tinystories-A datastore on every prompt of tinystories-B (skipped without ../shared/data);
 //   - fixture models with a datastore built from their own greedy output (long accepted drafts, KV compaction).
-#include "rest/cost-model.h"
+#include "decode/online-budget.h"
 #include "rest/datastore.h"
 #include "rest/decoder.h"
 #include "rest/drafter.h"

@@ -1,6 +1,6 @@
 #include "bench-methods.h"
 
-#include "rest/cost-model.h"
+#include "rest/budget.h"
 #include "rest/decoder.h"
 #include "rest/drafter.h"
 #include "rest/history-store.h"
@@ -96,15 +96,13 @@ class rest_runner final : public method_runner {
         dp_.use_datastore = m.use_datastore && s.datastore() != nullptr;
         dp_.use_context   = m.use_context;
         dp_.use_history   = m.use_history;
-        if (m.n_fixed >= 0) {
-            policy_      = std::make_unique<rest::fixed_budget>(m.n_fixed, s.costs());
-            n_draft_max_ = m.n_fixed;
-        } else {
-            rest::adaptive_budget_params bp;
-            bp.n_max     = cfg.n_draft_max >= 0 ? cfg.n_draft_max : dp_.n_budget_max;
-            policy_      = std::make_unique<rest::adaptive_budget>(s.costs(), bp);
-            n_draft_max_ = bp.n_max;
-        }
+        // Every method starts cold (no budget cache), so that runs of the bench compare like with like.
+        rest::budget_spec spec;
+        spec.n_fixed = m.n_fixed;
+        spec.n_max   = cfg.n_draft_max >= 0 ? cfg.n_draft_max : dp_.n_budget_max;
+        spec.costs   = s.costs();
+        policy_      = rest::make_budget_policy(spec);
+        n_draft_max_ = rest::budget_cap(spec);
         if (dp_.use_history) {
             history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
         }

@@ -35,10 +35,11 @@ wave_result run_wave(session & s, rest::target_model & ctx, std::int32_t n_strea
     const rest::drafter_params &         dp = p.draft;
     std::int32_t                         n_draft_max = 0;
     if (spec) {
-        rest::adaptive_budget_params bp;
-        bp.n_max    = p.n_draft_max >= 0 ? p.n_draft_max : dp.n_budget_max;
-        n_draft_max = bp.n_max;
-        policy      = std::make_unique<rest::adaptive_budget>(s.costs(), bp);
+        rest::budget_spec spec;
+        spec.n_max  = p.n_draft_max >= 0 ? p.n_draft_max : dp.n_budget_max;
+        spec.costs  = s.costs();
+        n_draft_max = rest::budget_cap(spec);
+        policy      = rest::make_budget_policy(spec);
         history     = std::make_unique<rest::history_store>(rest::history_store_params{});
     }
     rest::decoder dec(ctx, policy.get());

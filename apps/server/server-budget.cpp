@@ -2,24 +2,31 @@
 
 #include "../cost-cache.h"
 
-#include "rest/cost-model.h"
 
-server_budget make_server_budget(const server_params & p, const rest::model & m, rest::target_model & ctx,
-                                 const rest::context_params & cp, std::int32_t n_budget_max) {
+server_budget make_server_budget(const server_params & p, const rest::model & m, const rest::context_params & cp,
+                                 std::int32_t n_budget_max) {
+    rest::budget_spec spec;
+    spec.speculate = p.speculate;
+    spec.n_fixed   = p.n_draft_fixed;
+    spec.n_max     = p.n_draft_max >= 0 ? p.n_draft_max : n_budget_max;
     server_budget b;
+    std::optional<rest::budget_state> warm;
     if (!p.speculate) {
-        b.policy = std::make_unique<rest::fixed_budget>(0);
-        return b;
+        rest::context_params plain = cp;
+        plain.trees                = false;
+        rest::layout_uses_trees(p.layout);  // a malformed --draft-layout is still an error
+        b.ctx = m.new_context(plain);
+    } else {
+        measured_context mc = open_measured_context(m, cp, p.layout, p.verbose, p.recalibrate);
+        b.ctx      = std::move(mc.ctx);
+        spec.costs = std::move(mc.costs);
+        if (p.n_draft_fixed < 0) {
+            b.key     = std::move(mc.key);
+            warm      = load_budget_state(b.key, p.index_path);
+            spec.warm = warm ? &*warm : nullptr;
+        }
     }
-    rest::cost_table costs = load_or_calibrate_costs(m, ctx, cp, p.verbose, p.recalibrate);
-    if (p.n_draft_fixed >= 0) {
-        b.policy = std::make_unique<rest::fixed_budget>(p.n_draft_fixed, std::move(costs));
-        b.n_cap  = p.n_draft_fixed;
-        return b;
-    }
-    rest::adaptive_budget_params bp;
-    bp.n_max = p.n_draft_max >= 0 ? p.n_draft_max : n_budget_max;
-    b.policy = std::make_unique<rest::adaptive_budget>(std::move(costs), bp);
-    b.n_cap  = bp.n_max;
+    b.policy = rest::make_budget_policy(spec);
+    b.n_cap  = rest::budget_cap(spec);
     return b;
 }

@@ -9,12 +9,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 struct server_budget {
+    std::unique_ptr<rest::target_model>  ctx;     // in the layout --draft-layout asks for (or the measured one)
     std::unique_ptr<rest::budget_policy> policy;
     std::int32_t n_cap = 0;  // draft nodes per slot and step the decoder may offer the policy
+    std::string  key;        // the budget cache's key when the policy learns (save_budget_state), else ""
 };
 
-// Measures (or loads the cached) verify cost on slot 0 of ctx, which must be idle.
-server_budget make_server_budget(const server_params & p, const rest::model & m, rest::target_model & ctx,
-                                 const rest::context_params & cp, std::int32_t n_budget_max);
+// Opens the context, measures (or loads the cached) verify cost, and builds the policy, warm from the budget cache.
+server_budget make_server_budget(const server_params & p, const rest::model & m, const rest::context_params & cp,
+                                 std::int32_t n_budget_max);

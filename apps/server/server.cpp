@@ -5,6 +5,8 @@
 #include "metrics.h"
 #include "routes.h"
 #include "server-budget.h"
+
+#include "../cost-cache.h"
 #include "server-state.h"
 
 #include "rest/datastore.h"
@@ -46,6 +48,7 @@ struct server::impl {
     std::unique_ptr<rest::history_store> history;
     std::unique_ptr<rest::target_model>  ctx;
     std::unique_ptr<rest::budget_policy> policy;
+    std::string                          budget_key;  // "": the policy learns nothing worth keeping
     server_metrics                       metrics;
     std::unique_ptr<engine>              eng;
     std::unique_ptr<server_state>        state;
@@ -84,12 +87,11 @@ server::impl::impl(const server_params & p) : params(p) {
     cp.n_slots   = p.n_parallel;
     cp.n_batch   = p.n_batch;
     cp.n_threads = p.n_threads;
-    cp.trees     = rest::layout_uses_trees(p.layout, p.n_gpu_layers);
-    ctx          = model->new_context(cp);
-
     engine_params ep;
-    server_budget budget = make_server_budget(p, *model, *ctx, cp, ep.draft.n_budget_max);
+    server_budget budget = make_server_budget(p, *model, cp, ep.draft.n_budget_max);
+    ctx                  = std::move(budget.ctx);
     policy               = std::move(budget.policy);
+    budget_key           = std::move(budget.key);
     ep.speculate         = p.speculate;
     ep.n_draft_max       = budget.n_cap;
     ep.queue_max         = p.queue_max;
@@ -233,6 +235,9 @@ void server::run() {
     d.http.stop();
     listener.join();
 
+    if (!d.budget_key.empty()) {
+        save_budget_state(d.budget_key, d.params.index_path, d.policy->export_state());  // the next start is warm
+    }
     if (!d.params.history_path.empty()) {
         d.history->save(d.params.history_path);
         std::fprintf(stderr, "rest serve: saved the online store (%llu documents, %llu tokens) to %s\n",

@@ -1,12 +1,18 @@
 // How many draft nodes to verify this step. The decoder asks a policy after drafting, with every request's
 // scored tree in hand, so one choice covers the whole forward pass (continuous batching).
+//
+// Front ends never name a policy class: make_budget_policy() builds the one a budget_spec asks for, and a policy's
+// learned state (budget_state) goes to and from the on-disk cache through export_state() and the spec.
 #pragma once
 
+#include "rest/cost-model.h"
 #include "rest/draft-tree.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 namespace rest {
 
@@ -19,11 +25,47 @@ struct budget_query {
     // empty tree at 0 (a plain step, computed exactly as plain decoding computes it).
 };
 
+// What the decoder measured over one step, reported after the walk.
+struct step_report {
+    std::int32_t n_rows = 0;      // rows of the forward pass (roots + nodes, padding included)
+    std::size_t  n_requests = 0;  // requests in the pass
+    // The number of requests when the pass was choose_equal()'s (equal chains in separate sequences) and ran as one
+    // pass; 1 for other single passes; 0 when llama.cpp ran it as several, whose time prices no one shape.
+    std::size_t  n_equal = 1;
+    std::int32_t n_past = 0;      // mean committed tokens
+    double       t_pass_us = 0;   // everything but drafting: the forward pass, the walk (sampling) and the commit
+    double       t_draft_us = 0;  // drafting, over all requests
+    std::int64_t n_tokens = 0;    // tokens the step emitted, over all requests
+    bool         drafted = false; // want_draft() said yes for this step
+};
+
+// What a policy has learned, to persist between processes (warm start). Plain data; the front end stores it as
+// versioned JSON next to the cost table (apps/cost-cache.h).
+struct budget_state {
+    struct bin {
+        double n = 0;         // verified draft nodes whose parent was accepted
+        double accepted = 0;  // of which accepted
+    };
+    std::vector<bin> acceptance;  // [source mask (0..7) * bins_per_source + score bin]
+    // Measured / start-up-table time of one request's pass of `rows` rows, for the row counts observed.
+    std::vector<std::pair<std::int32_t, double>> cost_ratio;
+    double cost_ratio_all = 1.0;  // the same over every shape
+    double t_draft_us = 0;        // drafting time per step
+    // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests): realised gain of drafting over plain decoding
+    // (plain's time for the same tokens / time spent), and how many probes in a row found it below 1.
+    std::vector<double>       gain;
+    std::vector<std::int32_t> n_off;
+};
+
 class budget_policy {
   public:
     virtual ~budget_policy() = default;
-    // Whether drafting is worth its own time this step (a policy can back off when drafts keep not paying).
-    virtual bool want_draft() { return true; }
+    // Whether to draft this step, for a pass over n_requests requests (a policy switches drafting off where it
+    // does not pay, and probes again at a bounded rate).
+    virtual bool want_draft(std::size_t n_requests) {
+        (void) n_requests;
+        return true;
+    }
     // Most nodes the policy is likely to verify per request this step, so that drafting can size its work to it
     // (a chain's best path from a 32-node tree costs 2-3x drafting an 8-node one; on a tiny model that is several
     // percent of a step). Any value >= 1; a policy may still choose more nodes than it said.
@@ -43,19 +85,29 @@ class budget_policy {
         (void) n_requests;
         return 0;
     }
-    // Feedback after a forward pass of n_rows rows (roots + nodes) at the given context fill, which took t_us;
-    // t_draft_us is what drafting cost this step, over all requests. n_equal: the number of requests when the pass
-    // was choose_equal()'s (equal chains in separate sequences) and ran as one pass; 1 for other single passes; 0
-    // when llama.cpp ran it as several (unequal chains, or slots not consecutive), whose time prices no one shape.
-    virtual void observe_step(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_past, double t_us,
-                              double t_draft_us) {
-        (void) n_rows; (void) n_equal; (void) n_past; (void) t_us; (void) t_draft_us;
-    }
-    // Feedback per request: the first n_verified nodes of tree were verified and `path` (root's child first) was
-    // accepted.
+    // Feedback per request, during the walk: the first n_verified nodes of tree were verified and `path` (root's
+    // child first) was accepted. Comes before the step's observe_step().
     virtual void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) {
         (void) tree; (void) n_verified; (void) path;
     }
+    // Feedback once per step, after the walk.
+    virtual void observe_step(const step_report & report) { (void) report; }
+    // What the policy has learned (empty for policies that learn nothing).
+    virtual budget_state export_state() const { return {}; }
 };
+
+// What a front end asks for; every front end (generate, bench, serve, bench --streams) builds its policy here.
+struct budget_spec {
+    bool         speculate = true;  // false: plain decoding (a fixed budget of 0)
+    std::int32_t n_fixed = -1;      // >= 0: verify exactly this many nodes per step (REST's and the peers' way)
+    std::int32_t n_max = 64;        // the automatic policy's cap on nodes per request and step
+    cost_table   costs;             // measured at start-up: the prior for the automatic policy's costs
+    // Learned state of an earlier run with the same model, datastore, layout and threads; nullptr: a cold start.
+    const budget_state * warm = nullptr;
+};
+
+std::unique_ptr<budget_policy> make_budget_policy(const budget_spec & spec);
+// Most draft nodes the decoder may offer per request under spec (a request's n_draft_max).
+std::int32_t budget_cap(const budget_spec & spec);
 
 }  // namespace rest

@@ -95,7 +95,17 @@ class decoder {
     void run(request & r, std::span<const token_id> prompt);
 
   private:
-    bool emit(request & r, token_id t);
+    // The stages of step(), in order. Exactness rests on two rules kept in one place each: a request without draft
+    // nodes runs a plain 1-row pass on the context's threads (build_batch, verify), and the walk emits exactly one
+    // draw per visited node (walk).
+    bool   collect_live(std::span<request * const> requests);  // live_ in slot order; false: nothing to do
+    double draft_all();                                        // trees_; returns drafting time
+    void   choose_budget();                                    // n_keep_, n_real_, trees_ truncated to n_real_
+    void   build_batch();                                      // batch_: trees padded to n_keep_
+    bool   verify();                                           // one forward pass; false: the context is full
+    std::int64_t walk();                                       // sample, commit, emit; returns tokens emitted
+    bool   emit(request & r, token_id t);
+    std::size_t pass_shape() const;  // step_report::n_equal of batch_
 
     target_model &  model_;
     budget_policy * policy_;
@@ -108,6 +118,9 @@ class decoder {
     std::vector<request *>    live_;
     std::vector<std::int32_t> path_;
     std::vector<token_id>     emitted_;
+    bool                      drafting_   = false;  // this step drafted (the policy's want_draft())
+    bool                      equal_rows_ = false;  // this step's chains must all verify the same count
+    std::int32_t              rows_       = 0;      // rows of this step's forward pass
 };
 
 }  // namespace rest

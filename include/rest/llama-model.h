@@ -66,9 +66,9 @@ class model {
     virtual std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const = 0;
 };
 
-// Whether a --draft-layout ("auto", "tree" or "chain"; user_error otherwise) verifies trees. Auto: chains on
-// CPUs, trees when layers are offloaded to a GPU (apps/session.cpp says why).
-bool layout_uses_trees(const std::string & layout, std::int32_t n_gpu_layers);
+// Whether a --draft-layout ("auto", "tree" or "chain"; user_error otherwise) verifies trees. Auto starts with
+// chains; the front end switches to trees where the measured verify cost is flat (apps/cost-cache.h says why).
+bool layout_uses_trees(const std::string & layout);
 
 // Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (errors still print).
 void llama_log_quiet();

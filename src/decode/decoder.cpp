@@ -1,6 +1,7 @@
 #include "rest/decoder.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <chrono>
 
@@ -117,7 +118,7 @@ bool decoder::emit(request & r, token_id t) {
     return !r.done();
 }
 
-void decoder::step(std::span<request * const> requests) {
+bool decoder::collect_live(std::span<request * const> requests) {
     live_.clear();
     for (request * r : requests) {
         if (r->done()) {
@@ -130,77 +131,73 @@ void decoder::step(std::span<request * const> requests) {
         }
         live_.push_back(r);
     }
-    if (live_.empty()) {
-        return;
-    }
     // In slot order: with a KV cache per sequence llama.cpp runs several sequences in one pass only when their ids
     // come in increasing steps of one (its split_equal), so busy slots 0-3 in any other order would take several.
     std::sort(live_.begin(), live_.end(), [](const request * a, const request * b) { return a->slot < b->slot; });
-    const double t_step0 = now_us();
     if (trees_.size() < live_.size()) {
         trees_.resize(live_.size());
     }
+    return !live_.empty();
+}
 
-    // 1. Draft (unless the policy has found that drafts do not pay lately). Every request's tree is capped by its
-    //    context room.
-    const bool drafting = !policy_ || policy_->want_draft();
-    double     t_draft  = 0;
-    // Most draft nodes a request may verify: its own cap, and the context room left.
-    auto room_of = [&](const request & r) { return model_.n_ctx_slot() - model_.n_past(r.slot) - 1; };
-    auto cap_of  = [&](const request & r) { return std::min(r.params.n_draft_max, room_of(r)); };
+namespace {
+
+// Most draft nodes a request may verify: the context room left behind its root, and its own cap.
+std::int32_t room_of(const target_model & m, const request & r) { return m.n_ctx_slot() - m.n_past(r.slot) - 1; }
+std::int32_t cap_of(const target_model & m, const request & r) { return std::min(r.params.n_draft_max, room_of(m, r)); }
+
+}  // namespace
+
+double decoder::draft_all() {
+    // Unless the policy has found that drafts do not pay lately. Drafting sizes its work to what the policy may
+    // choose: a tree for the nodes it chose lately (plus room to grow) costs less than one for the whole cap.
+    drafting_      = !policy_ || policy_->want_draft(live_.size());
+    double t_draft = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
         tree.clear();
-        const std::int32_t room = room_of(r);
-        const std::int32_t cap  = cap_of(r);
-        if (drafting && r.draft && cap > 0) {
-            const double t0 = now_us();
-            if (model_.trees()) {
-                tree = r.draft->draft(cap);
-            } else {
-                // While the policy keeps choosing short chains, a tree for what it may choose next costs less.
-                const std::int32_t want = policy_ ? std::min(cap, policy_->draft_nodes_hint()) : cap;
-                tree = draft_chain(*r.draft, cap, want, room);
-            }
-            const double dt = now_us() - t0;
-            r.stats.t_draft_us += dt;
-            t_draft += dt;
-        }
+        const std::int32_t cap = cap_of(model_, r);
+        if (!drafting_ || !r.draft || cap <= 0) continue;
+        const double       t0   = now_us();
+        const std::int32_t want = policy_ ? std::min(cap, policy_->draft_nodes_hint()) : cap;
+        tree = model_.trees() ? r.draft->draft(want) : draft_chain(*r.draft, cap, want, room_of(model_, r));
+        const double dt = now_us() - t0;
+        r.stats.t_draft_us += dt;
+        t_draft += dt;
     }
-    // 2. Budget: the policy picks each tree's best prefix for the whole forward pass; then every request keeps to
-    //    its share of sequence ids (one per leaf).
+    return t_draft;
+}
+
+void decoder::choose_budget() {
     queries_.resize(live_.size());
     n_keep_.assign(live_.size(), 0);
     for (size_t i = 0; i < live_.size(); ++i) {
         queries_[i].tree   = &trees_[i];
         queries_[i].n_past = model_.n_past(live_[i]->slot);
         // Beyond its tree a request may be padded (the policy's choice), within its cap; never without a drafter.
-        queries_[i].n_max  = live_[i]->draft ? cap_of(*live_[i]) : 0;
+        queries_[i].n_max  = live_[i]->draft ? cap_of(model_, *live_[i]) : 0;
     }
     // Chains of several requests live in separate sequences, and llama.cpp runs a batch whose sequences hold
     // unequal token counts as several forward passes (one per count): so they all verify k nodes, shorter chains
-    // padded below.
-    const bool   equal_rows = !model_.trees() && live_.size() > 1;
-    std::int32_t k_equal    = 0;
-    if (equal_rows) {
+    // padded in build_batch().
+    equal_rows_ = !model_.trees() && live_.size() > 1;
+    if (equal_rows_) {
+        std::int32_t k = 0;
         if (policy_) {
-            k_equal = policy_->choose_equal(queries_);
+            k = policy_->choose_equal(queries_);
         } else {
-            for (const auto & t : trees_) k_equal = std::max(k_equal, (std::int32_t) t.size());
+            for (size_t i = 0; i < live_.size(); ++i) k = std::max(k, (std::int32_t) trees_[i].size());
         }
-        std::fill(n_keep_.begin(), n_keep_.end(), k_equal);
+        std::fill(n_keep_.begin(), n_keep_.end(), k);
     } else if (policy_) {
         policy_->choose(queries_, n_keep_);
     } else {
         for (size_t i = 0; i < live_.size(); ++i) n_keep_[i] = (std::int32_t) trees_[i].size();
     }
+    // Every request keeps to its share of sequence ids (one per leaf).
     n_real_.assign(live_.size(), 0);
     const std::int32_t leaf_share = std::max(1, model_.n_leaves_max() / (std::int32_t) live_.size());
-    std::int32_t       rows       = 0;
-    std::int64_t       past_sum   = 0;
-    batch_.clear();
-    std::int32_t rows_padded = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
         draft_tree & tree = trees_[i];
         std::int32_t n    = std::clamp(n_keep_[i], 0, (std::int32_t) tree.size());
@@ -210,23 +207,28 @@ void decoder::step(std::span<request * const> requests) {
         tree.truncate(n);
         n_real_[i] = n;
         n_keep_[i] = std::max(n, std::min(n_keep_[i], queries_[i].n_max));  // from here: nodes with padding
-        rows_padded += 1 + n_keep_[i];
     }
+}
+
+void decoder::build_batch() {
+    std::int32_t rows_padded = 0;
+    for (size_t i = 0; i < live_.size(); ++i) rows_padded += 1 + n_keep_[i];
     // Padding only while the batch fits one pass (llama.cpp's n_batch); it is what goes first.
     const bool pad = rows_padded <= model_.n_rows_max();
+    rows_          = 0;
+    batch_.clear();
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
-        // Padding up to the policy's choice (the same k for every chain of a batch, see above; a steady shape for
-        // one request): any token is safe to verify, it is accepted only if it is what the target emits there. It
-        // continues the last node, so it adds no leaf.
+        // Padding up to the policy's choice (the same k for every chain of a batch; a steady shape for one request):
+        // any token is safe to verify, it is accepted only if it is what the target emits there. It continues the
+        // last node, so it adds no leaf. A request without nodes gets none: its pass stays plain decoding's.
+        assert(n_keep_[i] == 0 || r.draft);
         const token_id fill = tree.empty() ? r.root : tree.tokens.back();
         while (pad && (std::int32_t) tree.size() < n_keep_[i]) {
             tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
-        const auto n = (std::int32_t) tree.size();
-        rows += 1 + n;
-        past_sum += model_.n_past(r.slot);
+        rows_ += 1 + (std::int32_t) tree.size();
         tree_request tr;
         tr.slot    = r.slot;
         tr.root    = r.root;
@@ -235,50 +237,48 @@ void decoder::step(std::span<request * const> requests) {
         tr.depths  = tree.depths;
         batch_.push_back(tr);
     }
+}
 
-    // 3. Verify: one forward pass, on the thread count the policy found fastest for it. If the memory cannot hold
-    //    the trees, fall back to plain decoding this step. Chains of several requests form one pass only when they
-    //    are equal and their slots consecutive, which is what the policy priced (n_equal requests); otherwise
-    //    llama.cpp runs several passes, some of a single row, which keep the context's threads (n_equal 0).
-    auto shape = [&]() -> std::size_t {
-        if (!equal_rows) return 1;
-        for (size_t i = 1; i < live_.size(); ++i) {
-            if (batch_[i].tokens.size() != batch_[0].tokens.size() || live_[i]->slot != live_[i - 1]->slot + 1) {
-                return 0;
-            }
-        }
-        return live_.size();
-    };
-    std::size_t n_equal     = shape();
-    auto        threads_for = [&](std::int32_t n_rows) {
-        return policy_ && n_equal > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
-    };
-    model_.set_decode_threads(threads_for(rows));
-    const double t_dec0 = now_us();
-    if (model_.decode(batch_) != decode_status::ok) {
-        for (size_t i = 0; i < live_.size(); ++i) {
-            trees_[i].clear();
-            batch_[i].tokens  = {};
-            batch_[i].parents = {};
-            batch_[i].depths  = {};
-        }
-        rows    = (std::int32_t) live_.size();
-        n_equal = shape();
-        model_.set_decode_threads(threads_for(rows));
-        if (model_.decode(batch_) != decode_status::ok) {
-            for (request * r : live_) {
-                r->stopped = stop_reason::context;
-            }
-            return;
+std::size_t decoder::pass_shape() const {
+    // Chains of several requests form one pass only when they are equal and their slots consecutive, which is what
+    // the policy priced (n_equal requests); otherwise llama.cpp runs several passes, some of a single row.
+    if (!equal_rows_) return 1;
+    for (size_t i = 1; i < live_.size(); ++i) {
+        if (batch_[i].tokens.size() != batch_[0].tokens.size() || live_[i]->slot != live_[i - 1]->slot + 1) {
+            return 0;
         }
     }
-    const double t_verify = now_us() - t_dec0;
-    if (policy_) {
-        const auto n_past = (std::int32_t) (past_sum / (std::int64_t) live_.size());
-        policy_->observe_step(rows, n_equal, n_past, t_verify, t_draft);
-    }
+    return live_.size();
+}
 
-    // 4. Walk each tree: sample once per visited node, follow the child drafted with the sampled token.
+bool decoder::verify() {
+    // On the thread count the policy found fastest for the pass. Several passes (n_equal 0) keep the context's
+    // threads: some of them are single rows, which must compute exactly as plain decoding does.
+    auto threads_for = [&](std::int32_t n_rows) {
+        return policy_ && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
+    };
+    model_.set_decode_threads(threads_for(rows_));
+    if (model_.decode(batch_) == decode_status::ok) return true;
+    // The memory cannot hold the trees: plain decoding this step.
+    for (size_t i = 0; i < live_.size(); ++i) {
+        trees_[i].clear();
+        n_real_[i]        = 0;
+        batch_[i].tokens  = {};
+        batch_[i].parents = {};
+        batch_[i].depths  = {};
+    }
+    rows_ = (std::int32_t) live_.size();
+    model_.set_decode_threads(threads_for(rows_));
+    if (model_.decode(batch_) == decode_status::ok) return true;
+    for (request * r : live_) {
+        r->stopped = stop_reason::context;
+    }
+    return false;
+}
+
+std::int64_t decoder::walk() {
+    // Sample once per visited node, follow the child drafted with the sampled token.
+    std::int64_t n_tokens = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
         request &          r    = *live_[i];
         const draft_tree & tree = trees_[i];
@@ -311,6 +311,7 @@ void decoder::step(std::span<request * const> requests) {
         if (r.draft) {
             r.draft->accept(emitted_);
         }
+        n_tokens += (std::int64_t) emitted_.size();
         ++r.stats.n_forward;
         ++r.stats.n_steps;
         r.stats.n_drafted += (std::int64_t) n_real_[i];
@@ -318,12 +319,44 @@ void decoder::step(std::span<request * const> requests) {
         r.stats.n_accepted += std::min<std::int64_t>((std::int64_t) path_.size(), n_real_[i]);
         bump(r.stats.accept_hist, path_.size());
         bump(r.stats.budget_hist, tree.size());
-        r.stats.t_verify_us += t_verify;
         r.stats.t_sample_us += now_us() - t0;
     }
-    const double t_step = now_us() - t_step0;
+    return n_tokens;
+}
+
+void decoder::step(std::span<request * const> requests) {
+    if (!collect_live(requests)) {
+        return;
+    }
+    const double t_step0 = now_us();
+    const double t_draft = draft_all();
+    choose_budget();
+    build_batch();
+    const double t_dec0 = now_us();
+    if (!verify()) {
+        return;
+    }
+    const double       t_verify = now_us() - t_dec0;
+    const std::size_t  n_equal  = pass_shape();
+    std::int64_t       past_sum = 0;
+    for (const request * r : live_) past_sum += model_.n_past(r->slot);
+    const std::int64_t n_tokens = walk();
+    const double       t_end    = now_us();
+    if (policy_) {
+        step_report rep;
+        rep.n_rows     = rows_;
+        rep.n_requests = live_.size();
+        rep.n_equal    = n_equal;
+        rep.n_past     = (std::int32_t) (past_sum / (std::int64_t) live_.size());
+        rep.t_pass_us  = t_end - t_dec0;
+        rep.t_draft_us = t_draft;
+        rep.n_tokens   = n_tokens;
+        rep.drafted    = drafting_;
+        policy_->observe_step(rep);
+    }
     for (request * r : live_) {
-        r->stats.t_total_us += t_step;
+        r->stats.t_verify_us += t_verify;
+        r->stats.t_total_us += t_end - t_step0;
     }
 }
 

@@ -75,11 +75,11 @@ class llama_loaded_model final : public model {
 
 }  // namespace
 
-bool layout_uses_trees(const std::string & layout, std::int32_t n_gpu_layers) {
+bool layout_uses_trees(const std::string & layout) {
     if (layout != "auto" && layout != "tree" && layout != "chain") {
         throw user_error("--draft-layout must be auto, tree or chain (got '" + layout + "')");
     }
-    return layout == "tree" || (layout == "auto" && n_gpu_layers != 0);
+    return layout == "tree";
 }
 
 std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_layers) {

@@ -1,0 +1,374 @@
+#include "online-budget.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace rest {
+
+namespace {
+
+// A node's drafter score given that its parent is accepted.
+double conditional_score(const draft_tree & t, std::size_t i) {
+    const double s = t.scores[i];
+    const int    p = t.parents[i];
+    if (p < 0) return s;
+    return t.scores[p] > 0 ? s / t.scores[p] : 0.0;
+}
+
+constexpr std::size_t k_masks = 8;  // source masks: datastore | context | history
+
+}  // namespace
+
+online_budget::online_budget(cost_table table, online_budget_params params, const budget_state * warm) :
+    table_(std::move(table)), params_(params), acceptance_(k_masks * k_bins) {
+    if (!warm) return;
+    recent_[0] = params_.n_max;  // draft at full size until the choices say otherwise (see draft_nodes_hint)
+    // A warm start takes what an earlier run learned; anything of the wrong shape is ignored (the caller has checked
+    // the version; this guards the sizes, so no state can index out of range).
+    if (warm->acceptance.size() == acceptance_.size()) acceptance_ = warm->acceptance;
+    for (auto & b : acceptance_) {
+        if (!(b.n >= 0) || !(b.accepted >= 0) || b.accepted > b.n) b = {};
+    }
+    auto sane = [](double r) { return r > 0.05 && r < 20; };
+    if (sane(warm->cost_ratio_all)) ratio_all_ = warm->cost_ratio_all;
+    for (const auto & [rows, ratio] : warm->cost_ratio) {
+        if (rows >= 1 && sane(ratio)) {
+            cost_est & e = costs_[shape_key(rows, 1)];
+            e.ratios[0]  = ratio;
+            e.n          = 1;
+        }
+    }
+    if (warm->t_draft_us > 0 && std::isfinite(warm->t_draft_us)) t_draft_us_ = warm->t_draft_us;
+    for (std::size_t c = 0; c < k_classes && c < warm->gain.size() && c < warm->n_off.size(); ++c) {
+        const double g = warm->gain[c];
+        if (!(g > 0) || !std::isfinite(g)) continue;
+        mode & m = mode_[c];
+        m.n_off  = std::clamp(warm->n_off[c], 0, 16);
+        m.t_plain = g;
+        m.t_spent = 1;
+        if (g < 1) {
+            m.off_left = std::min(params_.off_max, params_.off_min << std::min(std::max(m.n_off - 1, 0), 16));
+        } else {
+            m.steps = params_.probe_steps;  // the gain is known: keep checking it from here
+        }
+    }
+}
+
+std::size_t online_budget::bucket(std::size_t n_requests) {
+    return std::min<std::size_t>(k_classes - 1, (std::size_t) std::bit_width(std::max<std::size_t>(n_requests, 1) - 1));
+}
+
+// --- estimates -------------------------------------------------------------------------------------------------
+
+const budget_state::bin & online_budget::bin_of(float conditional, std::uint8_t sources) const {
+    const double s = std::clamp((double) conditional, 0.0, 1.0);
+    return acceptance_[(sources & 7) * k_bins + std::min(k_bins - 1, (int) (s * k_bins))];
+}
+
+budget_state::bin & online_budget::bin_of(float conditional, std::uint8_t sources) {
+    return const_cast<bin &>(std::as_const(*this).bin_of(conditional, sources));
+}
+
+double online_budget::calibrated(float score, std::uint8_t sources) const {
+    const double s = std::clamp((double) score, 0.0, 1.0);
+    const bin &  b = bin_of(score, sources);
+    return (b.accepted + params_.prior_weight * s) / (b.n + params_.prior_weight);
+}
+
+std::vector<double> online_budget::path_probabilities(const draft_tree & t) const {
+    std::vector<double> v(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const double c = calibrated((float) conditional_score(t, i), t.sources[i]);
+        v[i]           = t.parents[i] < 0 ? c : v[t.parents[i]] * c;
+    }
+    return v;
+}
+
+double online_budget::prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+    return table_.predict_batch_us(std::max<std::size_t>(n_equal, 1), n_rows, n_past);
+}
+
+double online_budget::cost_est::median() const {
+    std::array<double, k_window> v = ratios;
+    const std::size_t            m = std::min(n, k_window);
+    std::sort(v.begin(), v.begin() + m);
+    return m == 0 ? 1.0 : m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
+    const auto it = costs_.find(shape_key(n_rows, std::max<std::size_t>(n_equal, 1)));
+    if (it == costs_.end()) return ratio_all_;
+    const double w = std::exp(-(double) (n_steps_ - it->second.at) / params_.forget_steps);
+    return ratio_all_ + (it->second.median() - ratio_all_) * w;
+}
+
+double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal);
+}
+
+double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+    const bool same = n_rows == last_rows_ && n_equal == last_equal_;
+    return predict_us(n_rows, n_past, n_equal) + (same ? 0.0 : table_.rebuild_us * ratio_all_);
+}
+
+double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+    // Drafting is paid once per step whatever the step's size: leaving it out would favour the cheapest passes over
+    // longer drafts that amortise it over more tokens.
+    return step_us(n_rows, n_past, n_equal) + t_draft_us_;
+}
+
+double online_budget::gain(std::size_t n_requests) const {
+    const mode & m = mode_[bucket(n_requests)];
+    return m.t_spent > 0 ? m.t_plain / m.t_spent : 1.0;
+}
+
+// --- the choice --------------------------------------------------------------------------------------------------
+
+bool online_budget::want_draft(std::size_t n_requests) {
+    mode & m = mode_[bucket(n_requests)];
+    if (m.off_left == 0) {
+        if (m.since_plain < params_.plain_every) return true;
+        m.since_plain = 0;  // measure what plain decoding costs now
+        return false;
+    }
+    if (--m.off_left == 0) {
+        m.steps   = 0;  // a probe: measure the gain afresh
+        m.t_plain = m.t_spent = 0;
+    }
+    return false;
+}
+
+std::int32_t online_budget::draft_nodes_hint() const {
+    return 2 + *std::max_element(recent_.begin(), recent_.end());
+}
+
+void online_budget::note_choice(std::int32_t n_nodes) {
+    recent_[recent_at_] = n_nodes;
+    recent_at_          = (recent_at_ + 1) % k_recent;
+}
+
+online_budget::batch online_budget::prepare(std::span<const budget_query> qs) const {
+    batch  b;
+    double n_past_sum = 0;
+    b.lim.assign(qs.size(), 0);
+    b.pad.assign(qs.size(), 0);
+    b.cap.assign(qs.size(), 0);
+    b.prob.resize(qs.size());
+    for (size_t i = 0; i < qs.size(); ++i) {
+        // A request without draft nodes is not padded: its step stays a plain 1-row pass, which computes exactly
+        // what plain decoding does (a padded pass takes other kernels, e.g. flash attention's split-KV path is for
+        // single rows only), so outputs can differ from plain only where drafts were verified.
+        const size_t n_tree = qs[i].tree ? qs[i].tree->size() : 0;
+        b.cap[i] = std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
+        b.pad[i] = n_tree == 0 ? 0 : b.cap[i];
+        b.lim[i] = std::min(n_tree, b.pad[i]);
+        if (b.lim[i] > 0) b.prob[i] = path_probabilities(*qs[i].tree);
+        b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
+        b.lim_max = std::max(b.lim_max, b.lim[i]);
+        b.pad_max = std::max(b.pad_max, b.pad[i]);
+        n_past_sum += qs[i].n_past;
+    }
+    b.n_past = (std::int32_t) (n_past_sum / (double) std::max<size_t>(1, qs.size()));
+    return b;
+}
+
+std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const budget_query> qs, const batch & b) const {
+    // One request explores per step (the one with the most promising first node), one node, while its bin is thin.
+    const size_t nq = qs.size();
+    size_t       ex = nq;
+    for (size_t i = 0; i < nq; ++i) {
+        if (b.lim[i] > 0 && qs[i].tree->scores[0] >= params_.explore_min_score &&
+            (ex == nq || qs[i].tree->scores[0] > qs[ex].tree->scores[0])) {
+            ex = i;
+        }
+    }
+    if (ex == nq) return {nq, 0};
+    const draft_tree & t = *qs[ex].tree;
+    if (bin_of((float) conditional_score(t, 0), t.sources[0]).n >= params_.explore_obs) return {nq, 0};
+    return {ex, 1};
+}
+
+void online_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
+    const size_t nq = qs.size();
+    std::fill(n_out.begin(), n_out.end(), 0);
+    const batch b = prepare(qs);
+    if (b.lim_max == 0) return;
+    std::vector<size_t> next(nq, 0);
+    // Greedy over the whole batch: add the next node (in each tree's best-first order, padding last) with the
+    // highest calibrated probability, and remember the configuration with the best expected tokens per microsecond.
+    std::int32_t rows      = (std::int32_t) nq;
+    double       expected  = (double) nq;
+    double       best_rate = expected / step_us(rows, b.n_past);
+    bool         pays      = false;
+    while (true) {
+        size_t pick = nq;
+        double pv   = -1;
+        for (size_t i = 0; i < nq; ++i) {
+            if (next[i] < b.pad[i] && b.prob[i][next[i]] > pv) {
+                pv   = b.prob[i][next[i]];
+                pick = i;
+            }
+        }
+        if (pick == nq) break;
+        ++next[pick];
+        ++rows;
+        expected += pv;
+        const double rate = expected / drafting_step_us(rows, b.n_past);
+        if (rate > best_rate) {
+            best_rate = rate;
+            pays      = true;
+            std::copy(next.begin(), next.end(), n_out.begin());
+        }
+    }
+    if (!pays) {
+        const auto [ex, k] = exploration(qs, b);
+        if (ex < nq) n_out[ex] = k;
+    }
+    note_choice(*std::max_element(n_out.begin(), n_out.end()));
+}
+
+std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
+    const size_t nq = qs.size();
+    const batch  b  = prepare(qs);
+    if (b.lim_max == 0) return 0;
+    // Every chain length k costs 1 + min(k, cap) rows per request, whichever requests have drafts that long: the
+    // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
+    // pass per distinct row count.
+    double       expected  = (double) nq;
+    double       best_rate = expected / step_us((std::int32_t) nq, b.n_past, nq);
+    std::int32_t k_best    = 0;
+    for (size_t k = 1; k <= b.pad_max; ++k) {
+        std::int32_t rows = 0;
+        for (size_t i = 0; i < nq; ++i) {
+            if (k <= b.lim[i]) expected += b.prob[i][k - 1];
+            rows += 1 + (std::int32_t) std::min(k, b.cap[i]);
+        }
+        const double rate = expected / drafting_step_us(rows, b.n_past, nq);
+        if (rate > best_rate) {
+            best_rate = rate;
+            k_best    = (std::int32_t) k;
+        }
+    }
+    if (k_best == 0) k_best = exploration(qs, b).second;
+    note_choice(k_best);
+    return k_best;
+}
+
+// --- feedback ----------------------------------------------------------------------------------------------------
+
+void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_verified,
+                                       std::span<const std::int32_t> path) {
+    // A node tells about its conditional probability only if its parent was accepted (or is the root).
+    const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
+    std::vector<char>  accepted(n, 0);
+    for (std::int32_t v : path) {
+        if (v >= 0 && v < n) accepted[v] = 1;
+    }
+    for (std::int32_t i = 0; i < n; ++i) {
+        const std::int32_t par = tree.parents[i];
+        if (par >= 0 && !accepted[par]) continue;
+        bin & b = bin_of((float) conditional_score(tree, (size_t) i), tree.sources[i]);
+        if (b.n >= params_.bin_cap) {  // older evidence fades, so the bin follows a new workload
+            b.accepted *= params_.bin_cap / (b.n + 1);
+            b.n *= params_.bin_cap / (b.n + 1);
+        }
+        b.n += 1;
+        b.accepted += accepted[i];
+    }
+}
+
+void online_budget::update_gain(const step_report & r) {
+    mode & m = mode_[bucket(r.n_requests)];
+    // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
+    // per request. Predicted from the plain steps' own measurements (steps without drafts are plain passes).
+    const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
+    const double      per_token   = predict_us((std::int32_t) r.n_requests, r.n_past, plain_equal) / (double) r.n_requests;
+    ++m.steps;
+    const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
+    m.t_plain      = (1 - w) * m.t_plain + w * per_token * (double) r.n_tokens;
+    m.t_spent      = (1 - w) * m.t_spent + w * (r.t_pass_us + r.t_draft_us);
+    if (m.steps < params_.probe_steps) return;
+    if (m.t_plain < m.t_spent) {
+        // Drafting, as chosen, is slower than plain decoding was: plain steps only, then probe again.
+        m.off_left = std::min(params_.off_max, params_.off_min << std::min(m.n_off, 16));
+        m.n_off    = std::min(m.n_off + 1, 16);
+    } else {
+        m.n_off = 0;
+    }
+}
+
+void online_budget::observe_step(const step_report & r) {
+    ++n_steps_;
+    const bool   same = r.n_rows == last_rows_ && r.n_equal == last_equal_;
+    last_rows_        = r.n_rows;
+    last_equal_       = r.n_equal;
+    const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
+    const double t    = r.t_pass_us - (same ? 0.0 : table_.rebuild_us * ratio_all_);
+    if (r.n_equal > 0 && base > 0 && t > 0) {
+        cost_est & e = costs_[shape_key(r.n_rows, r.n_equal)];
+        if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
+        e.ratios[e.n++ % k_window] = t / base;
+        e.at                       = n_steps_;
+        // The shared ratio clamps single observations, so one preempted step cannot swing it.
+        ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
+                     params_.time_ema * std::clamp(t / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+    }
+    mode & m = mode_[bucket(r.n_requests)];
+    if (r.n_rows == (std::int32_t) r.n_requests) {
+        m.since_plain = 0;  // a plain pass: the plain estimate is fresh
+    } else {
+        ++m.since_plain;
+    }
+    if (r.t_draft_us > 0) {
+        t_draft_us_ = t_draft_us_ == 0 ? r.t_draft_us : 0.9 * t_draft_us_ + 0.1 * r.t_draft_us;
+    }
+    if (r.drafted && r.n_requests > 0) update_gain(r);
+}
+
+budget_state online_budget::export_state() const {
+    budget_state s;
+    s.acceptance     = acceptance_;
+    s.cost_ratio_all = ratio_all_;
+    s.t_draft_us     = t_draft_us_;
+    for (const auto & [key, e] : costs_) {
+        if ((key >> 32) == 1) s.cost_ratio.emplace_back((std::int32_t) (key & 0xffffffffu), ratio_of((std::int32_t) (key & 0xffffffffu), 1));
+    }
+    std::sort(s.cost_ratio.begin(), s.cost_ratio.end());
+    for (std::size_t c = 0; c < k_classes; ++c) {
+        const mode & m = mode_[c];
+        // A class never measured keeps gain 0, which a warm start ignores.
+        s.gain.push_back(m.t_spent > 0 ? m.t_plain / m.t_spent : (m.off_left > 0 ? 0.5 : 0.0));
+        s.n_off.push_back(m.n_off);
+    }
+    return s;
+}
+
+// --- the simple policies and the factory --------------------------------------------------------------------------
+
+std::int32_t budget_policy::choose_equal(std::span<const budget_query> qs) {
+    std::vector<std::int32_t> n(qs.size(), 0);
+    choose(qs, n);
+    return n.empty() ? 0 : *std::max_element(n.begin(), n.end());
+}
+
+void fixed_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
+    for (size_t i = 0; i < qs.size(); ++i) {
+        n_out[i] = qs[i].tree && !qs[i].tree->empty() ? std::min(n_, qs[i].n_max) : 0;  // no draft: a plain step
+    }
+}
+
+std::int32_t budget_cap(const budget_spec & spec) {
+    return !spec.speculate ? 0 : spec.n_fixed >= 0 ? spec.n_fixed : std::max(0, spec.n_max);
+}
+
+std::unique_ptr<budget_policy> make_budget_policy(const budget_spec & spec) {
+    if (!spec.speculate || spec.n_fixed >= 0) {
+        return std::make_unique<fixed_budget>(budget_cap(spec), spec.costs);
+    }
+    online_budget_params p;
+    p.n_max = budget_cap(spec);
+    return std::make_unique<online_budget>(spec.costs, p, spec.warm);
+}
+
+}  // namespace rest

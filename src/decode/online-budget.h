@@ -1,0 +1,157 @@
+// The automatic draft budget: a small estimator of tokens per second at each draft length, learned while it runs,
+// and a decision. Built only by make_budget_policy() (rest/budget.h); tests include this header to look inside.
+//
+// Three estimates, each measured online and corrected every step:
+//  - acceptance: the chance a node is accepted once its parent is, per source and drafter-score bin (the drafter's
+//    own score is the prior, prior_weight pseudo-observations strong);
+//  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
+//    start-up table, which is only the prior; an estimate not re-measured fades back to the ratio shared by all
+//    shapes, so one stale reading cannot keep a length switched off;
+//  - gain: per batch-size class, the time plain decoding would have taken for the tokens drafting steps emitted,
+//    over the time they took (drafting included). This is the check the others answer to: the per-step choice
+//    maximises the first two's expected rate, and where the realised gain stays below 1 drafting is switched off
+//    and probed again after 32, 64, ... off_max plain steps.
+#pragma once
+
+#include "rest/budget.h"
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace rest {
+
+struct online_budget_params {
+    std::int32_t n_max = 64;            // hard cap on nodes per request
+    double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score
+    double       bin_cap = 2000;        // evidence per acceptance bin is capped, so a new workload moves it
+    double       time_ema = 0.05;       // weight of a new step in the cost ratio shared by all shapes
+    double       forget_steps = 500;    // a cost estimate not re-measured fades to the shared ratio at this scale
+    double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
+    std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
+    // While drafting, a plain step at least every plain_every steps, so that the gain compares with what plain
+    // decoding costs now (steps without a draft count too).
+    std::int32_t plain_every = 64;
+    std::int32_t off_min = 32;          // plain steps after the first probe that did not pay; doubling ...
+    std::int32_t off_max = 1024;        // ... up to this many (probes then cost < 1% where drafts never pay)
+    // Exploration: a first node whose bin has fewer than explore_obs observations is verified even when the
+    // estimate says it does not pay, if its drafter score is at least explore_min_score, so a pessimistic prior
+    // can recover. Bounded: at most explore_obs such rows per bin, ever.
+    float        explore_min_score = 0.25f;
+    std::int32_t explore_obs = 16;
+};
+
+class online_budget final : public budget_policy {
+  public:
+    online_budget(cost_table table, online_budget_params params = {}, const budget_state * warm = nullptr);
+
+    bool want_draft(std::size_t n_requests) override;
+    // Two more than the most nodes chosen for a request over the last k_recent steps: room to grow step by step.
+    std::int32_t draft_nodes_hint() const override;
+    void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    std::int32_t choose_equal(std::span<const budget_query> queries) override;
+    void observe_other_pass() override { last_rows_ = 0; }
+    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
+        return table_.threads_for(n_rows, n_requests);
+    }
+    void observe_acceptance(const draft_tree & tree, std::int32_t n_verified, std::span<const std::int32_t> path) override;
+    void observe_step(const step_report & r) override;
+    budget_state export_state() const override;
+
+    // The probability currently assigned to a node being accepted once its parent is, for this conditional
+    // drafter score (the node's score over its parent's) and source mask.
+    double calibrated(float score, std::uint8_t sources) const;
+    // Path probabilities of every node of t: products of calibrated() along each path.
+    std::vector<double> path_probabilities(const draft_tree & t) const;
+    // Predicted time of a step's pass (all but drafting), steady shape; n_equal as in step_report.
+    double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    // The same plus the graph rebuild if the shape differs from the last pass.
+    double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
+    double gain(std::size_t n_requests) const;
+    // Whether drafting is switched off for batches of n_requests now.
+    bool   drafting_off(std::size_t n_requests) const { return mode_[bucket(n_requests)].off_left > 0; }
+    const cost_table & table() const { return table_; }
+
+    static constexpr int k_bins = 10;  // score bins per source mask
+
+  private:
+    using bin = budget_state::bin;
+    // Per batch-size class: the realised gain and the off/probe schedule.
+    struct mode {
+        double       t_plain = 0;   // EMA: what plain decoding would have taken for the tokens emitted
+        double       t_spent = 0;   // EMA: what the drafting steps took
+        std::int32_t steps = 0;     // drafting steps since drafting was (re)switched on
+        std::int32_t off_left = 0;  // plain steps left before the next probe
+        std::int32_t n_off = 0;     // probes in a row that did not pay
+        std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
+    };
+    static constexpr std::size_t k_classes = 6;  // 1, 2, 3-4, 5-8, 9-16, 17+ requests
+    static std::size_t bucket(std::size_t n_requests);
+    // A cost estimate: the median of the last k_window measured / prior times (robust to a preempted step, and
+    // caught up with a change of machine load within k_window / 2 + 1 passes), and the step it was measured at.
+    static constexpr std::size_t k_window = 5;
+    struct cost_est {
+        std::array<double, k_window> ratios{};
+        std::size_t                  n = 0;  // ratios recorded (the ring holds the last k_window)
+        std::int64_t                 at = 0;
+        double median() const;
+    };
+    static std::uint64_t shape_key(std::int32_t n_rows, std::size_t n_equal) {
+        return ((std::uint64_t) n_equal << 32) | (std::uint32_t) n_rows;
+    }
+    double prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const;
+    double ratio_of(std::int32_t n_rows, std::size_t n_equal) const;
+    double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    bin &  bin_of(float conditional_score, std::uint8_t sources);
+    const bin & bin_of(float conditional_score, std::uint8_t sources) const;
+    // What choose() and choose_equal() read from a batch of queries.
+    struct batch {
+        std::vector<std::size_t>         lim;   // per query: most drafted nodes it may verify
+        std::vector<std::size_t>         pad;   // per query: most nodes, padding included (>= lim; 0: no draft)
+        std::vector<std::size_t>         cap;   // per query: what equal rows pad it to at most (drafts or not)
+        std::vector<std::vector<double>> prob;  // per query: path probabilities of its nodes (empty if lim 0)
+        std::size_t                      lim_max = 0;
+        std::size_t                      pad_max = 0;
+        std::int32_t                     n_past  = 0;  // mean committed tokens
+    };
+    batch prepare(std::span<const budget_query> qs) const;
+    // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
+    std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b) const;
+    void  note_choice(std::int32_t n_nodes);
+    void  update_gain(const step_report & r);
+
+    cost_table                                  table_;
+    online_budget_params                        params_;
+    std::vector<bin>                            acceptance_;  // [sources * k_bins + bin]
+    std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key
+    double                                      ratio_all_ = 1.0;  // EMA over every shape
+    double                                      t_draft_us_ = 0;  // EMA of drafting time per step
+    std::array<mode, k_classes>                 mode_{};
+    std::int64_t                                n_steps_ = 0;
+    std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
+    std::size_t                                 last_equal_ = 1;  // its n_equal
+    static constexpr std::size_t                k_recent = 32;
+    std::array<std::int32_t, k_recent>          recent_{};        // most nodes chosen for a request, last steps
+    std::size_t                                 recent_at_ = 0;
+};
+
+// Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
+// peers use. Given a measured cost table, a pass runs on the thread count measured fastest for its size, as the
+// automatic policy's do, so that comparisons between budgets compare the budgets.
+class fixed_budget final : public budget_policy {
+  public:
+    explicit fixed_budget(std::int32_t n, cost_table costs = {}) : n_(n), costs_(std::move(costs)) {}
+    void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
+        return costs_.threads_for(n_rows, n_requests);
+    }
+
+  private:
+    std::int32_t n_;
+    cost_table   costs_;
+};
+
+}  // namespace rest

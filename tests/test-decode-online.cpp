@@ -1,0 +1,161 @@
+// The automatic budget learning while it runs, end to end through the decoder on fake targets whose passes take a
+// set time (busy-waited): it follows a change of cost, switches drafting off where it never pays, and starts warm
+// from an earlier run's state. Assertions are on the modelled cost of the passes chosen (what the fake was told a
+// pass takes), not on wall-clock time, so a busy machine can slow the test but not fail it.
+#include "budget-fixtures.h"
+
+#include <cmath>
+#include <memory>
+
+using namespace rest;
+using namespace rest_test;
+
+namespace {
+
+struct run_record {
+    std::vector<std::int32_t> nodes;  // verified nodes per step (budget_hist's order: one entry per step)
+    double                    modelled_us = 0;  // sum of the modelled pass times, plus drafting
+    std::size_t               tokens = 0;
+};
+
+// One request of n tokens through `policy` on a fake target whose pass of r rows takes cost(r, pass index) us.
+// The drafter proposes the target's greedy continuation with probability p_oracle per level.
+run_record run_timed(budget_policy & policy, const std::function<double(int, int)> & cost, int n, double p_oracle,
+                     float level_score = 0.9f, std::uint64_t seed = 3) {
+    fake_target     f(40, 4000, 1, seed);
+    int             passes = 0;
+    run_record      rec;
+    threaded_target m(f, [&](int rows, int) {
+        const double us = cost(rows, passes++);
+        rec.modelled_us += us;
+        return us;
+    });
+    oracle_drafter d(f, seed + 1, p_oracle, 0, 8);
+    d.level_score = level_score;
+    greedy_sampler s;
+    decoder        dec(m, &policy);
+    request        r;
+    r.params.n_predict   = n;
+    r.params.n_draft_max = 16;
+    r.sampler            = &s;
+    r.draft              = &d;
+    const std::vector<token_id> prompt = {1, 2, 3};
+    dec.start(r, prompt);
+    request * one[] = {&r};
+    while (!r.done()) {
+        const std::int64_t before = r.stats.n_drafted;
+        dec.step(one);
+        rec.nodes.push_back((std::int32_t) (r.stats.n_drafted - before));
+    }
+    rec.modelled_us += r.stats.t_draft_us;
+    rec.tokens = r.output.size();
+    return rec;
+}
+
+double mean_nodes(const run_record & r, std::size_t from, std::size_t to) {
+    double sum = 0;
+    for (std::size_t i = from; i < to && i < r.nodes.size(); ++i) sum += r.nodes[i];
+    return sum / (double) std::max<std::size_t>(1, std::min(to, r.nodes.size()) - from);
+}
+
+// Verification nearly free (a GPU) for the first 150 passes, then as steep as a CPU's: 8 rows cost 8x one.
+double flat_then_steep(int rows, int pass) {
+    return pass < 150 ? 150.0 + 2.0 * rows : 150.0 * rows;
+}
+
+TEST(online_budget_run, follows_a_change_of_cost_within_bounded_steps) {
+    const cost_table prior = table_of({1, 2, 4, 8, 16}, {150, 152, 156, 166, 182});  // start-up: flat
+    budget_spec      spec;
+    spec.costs  = prior;
+    auto policy = make_budget_policy(spec);
+    // Drafts right 80% per level: on the flat curve long chains pay; on the steep one no draft does
+    // ((1 + sum 0.8^i) / (1 + k) < 1 for every k >= 1).
+    const run_record r = run_timed(*policy, flat_then_steep, 1200, 0.8);
+    ASSERT_GT(r.nodes.size(), 300u);
+    EXPECT_GE(mean_nodes(r, 20, 100), 4.0) << "long drafts while rows are nearly free";
+    // After the change: within 30 steps the policy drafts (almost) nothing; probes stay rare.
+    const std::size_t change = 150;  // one pass per step (the prompt is prefilled, not decoded)
+    EXPECT_LE(mean_nodes(r, change + 30, r.nodes.size()), 0.3) << "steps after the change still draft";
+}
+
+TEST(online_budget_run, drafts_that_never_pay_cost_within_three_percent_of_plain) {
+    // Linear cost (each row as dear as a plain step) and drafts right half the time, scored as if right 90%
+    // of the time: no draft can pay, and the policy starts out believing they do.
+    auto             linear = [](int rows, int) { return 100.0 * rows; };
+    budget_spec      spec;
+    spec.costs  = table_of({1, 2, 4, 8, 16}, {100, 200, 400, 800, 1600});
+    auto policy = make_budget_policy(spec);
+    const run_record r = run_timed(*policy, linear, 3000, 0.5);
+    const double plain_us = 100.0 * (double) r.tokens;  // one 1-row pass per token
+    EXPECT_LE(r.modelled_us, 1.03 * plain_us) << "spent " << r.modelled_us / plain_us << "x plain's time";
+}
+
+TEST(online_budget_run, switches_drafting_off_where_drafting_itself_costs_more_than_drafts_earn) {
+    // The per-step estimate cannot see this one: drafts are worth a little on the table, but every drafting step
+    // costs far more than the table says (the walk and the commit of a tree layout, say). Only the realised gain
+    // shows it, and drafting must be switched off, with probes at a bounded rate.
+    auto        dear = [](int rows, int) { return rows == 1 ? 100.0 : 400.0 + 20.0 * rows; };
+    budget_spec spec;
+    spec.costs  = table_of({1, 2, 4, 8, 16}, {100, 102, 104, 108, 116});
+    auto policy = make_budget_policy(spec);
+    const run_record r = run_timed(*policy, dear, 3000, 0.5);
+    std::size_t drafting = 0;
+    for (std::size_t i = 300; i < r.nodes.size(); ++i) drafting += r.nodes[i] > 0;
+    EXPECT_LT((double) drafting, 0.05 * (double) (r.nodes.size() - 300)) << "drafting steps after learning";
+    EXPECT_GT(drafting, 0u) << "drafting is probed again";
+    auto * ob = dynamic_cast<online_budget *>(policy.get());
+    ASSERT_NE(ob, nullptr);
+    EXPECT_LT(ob->gain(1), 1.0);
+}
+
+TEST(online_budget_run, a_warm_start_drafts_from_the_first_steps) {
+    // The drafter undersells itself (claims 0.3 per level, is always right): a cold policy starts by verifying a
+    // node at a time to learn; a policy given the first run's state drafts long chains from its first step.
+    auto        cost = [](int rows, int) { return 100.0 + 50.0 * rows; };
+    budget_spec spec;
+    spec.costs = table_of({1, 2, 4, 8, 16}, {150, 200, 300, 500, 900});
+    auto             cold  = make_budget_policy(spec);
+    const run_record first = run_timed(*cold, cost, 200, 1.0, 0.3f);
+    const budget_state learned = cold->export_state();
+    spec.warm = &learned;
+    auto             warm   = make_budget_policy(spec);
+    const run_record second = run_timed(*warm, cost, 200, 1.0, 0.3f, 11);
+    ASSERT_GE(first.nodes.size(), 3u);
+    ASSERT_GE(second.nodes.size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_LE(first.nodes[i], 1) << "cold step " << i;
+        EXPECT_GE(second.nodes[i], 4) << "warm step " << i;
+    }
+    EXPECT_LT(second.nodes.size(), first.nodes.size()) << "the warm run needs fewer steps";
+}
+
+TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
+    auto        linear = [](int rows, int) { return 100.0 * rows; };
+    budget_spec spec;
+    spec.costs = table_of({1, 2, 4, 8, 16}, {100, 200, 400, 800, 1600});
+    auto cold  = make_budget_policy(spec);
+    run_timed(*cold, linear, 1000, 0.3);
+    const budget_state learned = cold->export_state();
+    ASSERT_FALSE(learned.gain.empty());
+    EXPECT_LT(learned.gain[0], 1.0);
+    spec.warm = &learned;
+    auto warm = make_budget_policy(spec);
+    EXPECT_FALSE(warm->want_draft(1)) << "the first step of a warm start is plain where drafting did not pay";
+}
+
+TEST(online_budget_run, malformed_warm_state_is_ignored) {
+    budget_state bad;
+    bad.acceptance.assign(3, {5, 9});  // wrong size (and accepted > n)
+    bad.cost_ratio     = {{-4, 1.0}, {2, NAN}, {3, 1e9}};
+    bad.cost_ratio_all = -1;
+    bad.t_draft_us     = INFINITY;
+    bad.gain           = {NAN, -2, 0.5};
+    bad.n_off          = {1 << 30};
+    online_budget b(k_cpu, {}, &bad);
+    EXPECT_NEAR(b.predict_us(1, 10), k_cpu.predict_us(1, 10), 1e-9);
+    EXPECT_NEAR(b.calibrated(0.5f, 1), 0.5, 1e-9);
+    EXPECT_TRUE(b.want_draft(1));
+    EXPECT_TRUE(b.want_draft(2));
+}
+
+}  // namespace
