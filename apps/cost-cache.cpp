@@ -160,7 +160,7 @@ std::string budget_state_to_json(const rest::budget_state & s, const std::string
     for (const auto & [rows, ratio] : s.cost_ratio) costs.push_back({rows, ratio});
     return nlohmann::json{{"format", "rest-budget-state"}, {"version", k_state_version}, {"key", key},
                           {"acceptance", acc}, {"cost_ratio", costs}, {"cost_ratio_all", s.cost_ratio_all},
-                          {"t_draft_us", s.t_draft_us}, {"gain", s.gain}, {"n_off", s.n_off}}.dump(1) + "\n";
+                          {"t_draft_us", s.t_draft_us}, {"gain", s.gain}, {"n_off", s.n_off}, {"off_left", s.off_left}}.dump(1) + "\n";
 }
 
 std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key,
@@ -186,6 +186,7 @@ std::optional<rest::budget_state> budget_state_from_json(const std::string & tex
         s.t_draft_us     = j.at("t_draft_us").get<double>();
         s.gain           = j.at("gain").get<std::vector<double>>();
         s.n_off          = j.at("n_off").get<std::vector<std::int32_t>>();
+        s.off_left       = j.at("off_left").get<std::vector<std::int32_t>>();
         return s;
     } catch (const std::exception & e) {
         why = e.what();

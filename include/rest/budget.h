@@ -52,9 +52,11 @@ struct budget_state {
     double cost_ratio_all = 1.0;  // the same over every shape
     double t_draft_us = 0;        // drafting time per step
     // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests): realised gain of drafting over plain decoding
-    // (plain's time for the same tokens / time spent), and how many probes in a row found it below 1.
+    // (plain's time for the same tokens / time spent), the back-off level of its probes, and the plain steps left
+    // before the next probe.
     std::vector<double>       gain;
     std::vector<std::int32_t> n_off;
+    std::vector<std::int32_t> off_left;  // plain steps left before the next probe (0: drafting)
 };
 
 class budget_policy {

@@ -48,7 +48,9 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
         m.t_plain = g;
         m.t_spent = 1;
         if (g < 1) {
-            m.off_left = std::min(params_.off_max, params_.off_min << std::min(std::max(m.n_off - 1, 0), 16));
+            // The schedule goes on where the last run left it, so short runs still probe at the bounded rate.
+            const std::int32_t left = c < warm->off_left.size() ? warm->off_left[c] : 0;
+            m.off_left = left > 0 ? std::min(left, params_.off_max) : 1;
         } else {
             m.steps = params_.probe_steps;  // the gain is known: keep checking it from here
         }
@@ -293,8 +295,10 @@ void online_budget::update_gain(const step_report & r) {
         // Drafting, as chosen, is slower than plain decoding was: plain steps only, then probe again.
         m.off_left = std::min(params_.off_max, params_.off_min << std::min(m.n_off, 16));
         m.n_off    = std::min(m.n_off + 1, 16);
-    } else {
-        m.n_off = 0;
+    } else if (m.steps % params_.probe_steps == 0) {
+        // Paying: the back-off unwinds one level per probe's length of paying steps, so that one lucky probe
+        // where drafting is about even does not reset it (a flapping policy pays for every probe).
+        m.n_off = std::max(0, m.n_off - 1);
     }
 }
 
@@ -340,6 +344,7 @@ budget_state online_budget::export_state() const {
         // A class never measured keeps gain 0, which a warm start ignores.
         s.gain.push_back(m.t_spent > 0 ? m.t_plain / m.t_spent : (m.off_left > 0 ? 0.5 : 0.0));
         s.n_off.push_back(m.n_off);
+        s.off_left.push_back(m.off_left);
     }
     return s;
 }
