@@ -142,7 +142,12 @@ bool online_budget::want_draft(std::size_t n_requests) {
 }
 
 std::int32_t online_budget::draft_nodes_hint() const {
-    return 2 + *std::max_element(recent_.begin(), recent_.end());
+    const std::int32_t grow = 2 + 2 * *std::max_element(recent_.begin(), recent_.end());
+    // Where drafting is cheap next to a step (a large model), draft what the cap allows: the policy can only
+    // choose among nodes it has seen.
+    const double per_node   = t_draft_node_us_ > 0 ? t_draft_node_us_ : 1.0;
+    const double affordable = params_.draft_cost_frac * predict_us(1, 0) / per_node;
+    return std::clamp(std::max<std::int32_t>(grow, (std::int32_t) std::min(affordable, 1e6)), 1, std::max(1, params_.n_max));
 }
 
 void online_budget::note_choice(std::int32_t n_nodes) {
@@ -290,6 +295,7 @@ void online_budget::update_gain(const step_report & r) {
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
     m.t_plain      = (1 - w) * m.t_plain + w * per_token * (double) r.n_tokens;
     m.t_spent      = (1 - w) * m.t_spent + w * (r.t_pass_us + r.t_draft_us);
+    if (getenv("REST_DEBUG_GAIN")) fprintf(stderr, "gain step %d nq %zu tokens %lld pass %.0f draft %.0f per_token %.0f gain %.3f rows %d\n", m.steps, r.n_requests, (long long) r.n_tokens, r.t_pass_us, r.t_draft_us, per_token, m.t_plain / m.t_spent, r.n_rows);
     if (m.steps < params_.probe_steps) return;
     if (m.t_plain < m.t_spent) {
         // Drafting, as chosen, is slower than plain decoding was: plain steps only, then probe again.
@@ -326,6 +332,9 @@ void online_budget::observe_step(const step_report & r) {
     }
     if (r.t_draft_us > 0) {
         t_draft_us_ = t_draft_us_ == 0 ? r.t_draft_us : 0.9 * t_draft_us_ + 0.1 * r.t_draft_us;
+        // Per node asked for (the hint this step was drafted with), for sizing the next drafts.
+        const double per = r.t_draft_us / ((double) draft_nodes_hint() * (double) std::max<std::size_t>(r.n_requests, 1));
+        t_draft_node_us_ = t_draft_node_us_ == 0 ? per : 0.9 * t_draft_node_us_ + 0.1 * per;
     }
     if (r.drafted && r.n_requests > 0) update_gain(r);
 }

@@ -34,6 +34,7 @@ struct online_budget_params {
     // While drafting, a plain step at least every plain_every steps, so that the gain compares with what plain
     // decoding costs now (steps without a draft count too).
     std::int32_t plain_every = 64;
+    double       draft_cost_frac = 0.02;  // drafting worth this fraction of a plain step is always affordable
     std::int32_t off_min = 32;          // plain steps after the first probe that did not pay; doubling ...
     std::int32_t off_max = 1024;        // ... up to this many (probes then cost < 1% where drafts never pay)
     // Exploration: a first node whose bin has fewer than explore_obs observations is verified even when the
@@ -48,7 +49,9 @@ class online_budget final : public budget_policy {
     online_budget(cost_table table, online_budget_params params = {}, const budget_state * warm = nullptr);
 
     bool want_draft(std::size_t n_requests) override;
-    // Two more than the most nodes chosen for a request over the last k_recent steps: room to grow step by step.
+    // 2 + twice the most nodes chosen for a request over the last k_recent steps: room to double step by step (a
+    // tree drafted for the hint is all a tree layout may verify; where good drafts appear, it grows 2, 6, 14, ...);
+    // at least as many nodes as drafting for draft_cost_frac of a plain step buys (all of them on a large model).
     std::int32_t draft_nodes_hint() const override;
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
@@ -129,6 +132,7 @@ class online_budget final : public budget_policy {
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
+    double                                      t_draft_node_us_ = 0;  // ... per node asked for
     std::array<mode, k_classes>                 mode_{};
     std::int64_t                                n_steps_ = 0;
     std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
