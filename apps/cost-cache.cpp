@@ -144,7 +144,7 @@ std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx
 
 namespace {
 
-constexpr int k_state_version = 1;
+constexpr int k_state_version = 2;
 
 std::string state_key(const std::string & key, const std::string & index_path) {
     return key + "|index " + file_identity(index_path);
@@ -160,7 +160,7 @@ std::string budget_state_to_json(const rest::budget_state & s, const std::string
     for (const auto & [rows, ratio] : s.cost_ratio) costs.push_back({rows, ratio});
     return nlohmann::json{{"format", "rest-budget-state"}, {"version", k_state_version}, {"key", key},
                           {"acceptance", acc}, {"cost_ratio", costs}, {"cost_ratio_all", s.cost_ratio_all},
-                          {"t_draft_us", s.t_draft_us}, {"gain", s.gain}, {"n_off", s.n_off}, {"off_left", s.off_left}}.dump(1) + "\n";
+                          {"t_draft_us", s.t_draft_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}}.dump(1) + "\n";
 }
 
 std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key,
@@ -184,7 +184,8 @@ std::optional<rest::budget_state> budget_state_from_json(const std::string & tex
         for (const auto & c : j.at("cost_ratio")) s.cost_ratio.emplace_back(c.at(0).get<std::int32_t>(), c.at(1).get<double>());
         s.cost_ratio_all = j.at("cost_ratio_all").get<double>();
         s.t_draft_us     = j.at("t_draft_us").get<double>();
-        s.gain           = j.at("gain").get<std::vector<double>>();
+        s.plain_us       = j.at("plain_us").get<std::vector<double>>();
+        s.spent_us       = j.at("spent_us").get<std::vector<double>>();
         s.n_off          = j.at("n_off").get<std::vector<std::int32_t>>();
         s.off_left       = j.at("off_left").get<std::vector<std::int32_t>>();
         return s;

@@ -17,8 +17,11 @@ speed() { sed -n 's/.*(\([0-9.]*\) tok\/s).*/\1/p' "$1" | tail -1; }
 i=0
 while IFS= read -r line; do
   printf '%s\n' "$line" > "$tmp/one.jsonl"
-  "$rest" generate -m "$model" --index "$index" -f "$tmp/one.jsonl" --field "$field" -n "$tokens" --json "$@" >/dev/null 2>"$tmp/spec.err"
-  "$rest" generate -m "$model" -f "$tmp/one.jsonl" --field "$field" -n "$tokens" --json --no-spec "$@" >/dev/null 2>"$tmp/plain.err"
+  if ! "$rest" generate -m "$model" --index "$index" -f "$tmp/one.jsonl" --field "$field" -n "$tokens" --json "$@" >/dev/null 2>"$tmp/spec.err" ||
+     ! "$rest" generate -m "$model" -f "$tmp/one.jsonl" --field "$field" -n "$tokens" --json --no-spec "$@" >/dev/null 2>"$tmp/plain.err"; then
+    echo "run $i: skipped ($(cat "$tmp/spec.err" "$tmp/plain.err" | grep . | tail -n 1))"
+    i=$((i + 1)); continue
+  fi
   s=$(speed "$tmp/spec.err"); p=$(speed "$tmp/plain.err")
   m=$(sed -n 's/.*, \([0-9.]*\) tokens\/forward.*/\1/p' "$tmp/spec.err" | tail -1)
   echo "$i $s $p $m" | tee -a "$tmp/rows" | awk '{ printf "run %d: rest %.0f tok/s, plain %.0f tok/s, ratio %.3f, M %.2f\n", $1, $2, $3, $2 / $3, $4 }'

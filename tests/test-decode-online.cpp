@@ -136,8 +136,8 @@ TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
     auto cold  = make_budget_policy(spec);
     run_timed(*cold, linear, 1000, 0.3);
     const budget_state learned = cold->export_state();
-    ASSERT_FALSE(learned.gain.empty());
-    EXPECT_LT(learned.gain[0], 1.0);
+    ASSERT_FALSE(learned.plain_us.empty());
+    EXPECT_LT(learned.plain_us[0], learned.spent_us[0]) << "drafting did not pay";
     spec.warm = &learned;
     auto warm = make_budget_policy(spec);
     EXPECT_FALSE(warm->want_draft(1)) << "the first step of a warm start is plain where drafting did not pay";
@@ -149,7 +149,8 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     bad.cost_ratio     = {{-4, 1.0}, {2, NAN}, {3, 1e9}};
     bad.cost_ratio_all = -1;
     bad.t_draft_us     = INFINITY;
-    bad.gain           = {NAN, -2, 0.5};
+    bad.plain_us       = {NAN, -2, 0.5, 1};
+    bad.spent_us       = {1, 1, INFINITY};
     bad.n_off          = {1 << 30};
     online_budget b(k_cpu, {}, &bad);
     EXPECT_NEAR(b.predict_us(1, 10), k_cpu.predict_us(1, 10), 1e-9);

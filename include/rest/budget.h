@@ -51,10 +51,11 @@ struct budget_state {
     std::vector<std::pair<std::int32_t, double>> cost_ratio;
     double cost_ratio_all = 1.0;  // the same over every shape
     double t_draft_us = 0;        // drafting time per step
-    // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests): realised gain of drafting over plain decoding
-    // (plain's time for the same tokens / time spent), the back-off level of its probes, and the plain steps left
-    // before the next probe.
-    std::vector<double>       gain;
+    // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests), of drafting steps: the realised gain's two sides
+    // (EMAs per step of what plain decoding would have taken for the tokens emitted, and of the time taken; 0:
+    // never measured), the back-off level of the probes, and the plain steps left before the next probe.
+    std::vector<double>       plain_us;
+    std::vector<double>       spent_us;
     std::vector<std::int32_t> n_off;
     std::vector<std::int32_t> off_left;  // plain steps left before the next probe (0: drafting)
 };

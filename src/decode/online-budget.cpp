@@ -40,19 +40,19 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
         }
     }
     if (warm->t_draft_us > 0 && std::isfinite(warm->t_draft_us)) t_draft_us_ = warm->t_draft_us;
-    for (std::size_t c = 0; c < k_classes && c < warm->gain.size() && c < warm->n_off.size(); ++c) {
-        const double g = warm->gain[c];
-        if (!(g > 0) || !std::isfinite(g)) continue;
-        mode & m = mode_[c];
-        m.n_off  = std::clamp(warm->n_off[c], 0, 16);
-        m.t_plain = g;
-        m.t_spent = 1;
-        if (g < 1) {
+    for (std::size_t c = 0; c < k_classes; ++c) {
+        const double plain = c < warm->plain_us.size() ? warm->plain_us[c] : 0;
+        const double spent = c < warm->spent_us.size() ? warm->spent_us[c] : 0;
+        if (!(plain > 0) || !(spent > 0) || !std::isfinite(plain) || !std::isfinite(spent)) continue;
+        mode & m  = mode_[c];
+        m.n_off   = c < warm->n_off.size() ? std::clamp(warm->n_off[c], 0, 16) : 0;
+        m.t_plain = plain;
+        m.t_spent = spent;
+        m.steps   = params_.probe_steps;  // the gain is known: keep checking it from here
+        if (plain < spent) {
             // The schedule goes on where the last run left it, so short runs still probe at the bounded rate.
             const std::int32_t left = c < warm->off_left.size() ? warm->off_left[c] : 0;
             m.off_left = left > 0 ? std::min(left, params_.off_max) : 1;
-        } else {
-            m.steps = params_.probe_steps;  // the gain is known: keep checking it from here
         }
     }
 }
@@ -330,6 +330,12 @@ void online_budget::observe_step(const step_report & r) {
     } else {
         ++m.since_plain;
     }
+    if (r.t_draft_us > 0 && !drafted_before_) {
+        // A process's first draft pays for cold caches (the datastore's pages, lazily built tables): several plain
+        // steps' worth once, which says nothing about what drafting costs from then on.
+        drafted_before_ = true;
+        return;
+    }
     if (r.t_draft_us > 0) {
         t_draft_us_ = t_draft_us_ == 0 ? r.t_draft_us : 0.9 * t_draft_us_ + 0.1 * r.t_draft_us;
         // Per node asked for (the hint this step was drafted with), for sizing the next drafts.
@@ -350,8 +356,8 @@ budget_state online_budget::export_state() const {
     std::sort(s.cost_ratio.begin(), s.cost_ratio.end());
     for (std::size_t c = 0; c < k_classes; ++c) {
         const mode & m = mode_[c];
-        // A class never measured keeps gain 0, which a warm start ignores.
-        s.gain.push_back(m.t_spent > 0 ? m.t_plain / m.t_spent : (m.off_left > 0 ? 0.5 : 0.0));
+        s.plain_us.push_back(m.t_plain);
+        s.spent_us.push_back(m.t_spent);
         s.n_off.push_back(m.n_off);
         s.off_left.push_back(m.off_left);
     }

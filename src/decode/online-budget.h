@@ -135,6 +135,7 @@ class online_budget final : public budget_policy {
     double                                      t_draft_node_us_ = 0;  // ... per node asked for
     std::array<mode, k_classes>                 mode_{};
     std::int64_t                                n_steps_ = 0;
+    bool                                        drafted_before_ = false;  // the first draft has been seen
     std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     std::size_t                                 last_equal_ = 1;  // its n_equal
     static constexpr std::size_t                k_recent = 32;
