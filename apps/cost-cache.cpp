@@ -128,9 +128,13 @@ measured_context open_measured_context(const rest::model & m, rest::context_para
         const bool flat = mc.costs.valid() &&
                           mc.costs.predict_us(k_flat_rows, 0) <= k_flat_factor * mc.costs.predict_us(1, 0);
         if (layout != "auto" || cp.trees || !flat) break;
-        if (verbose) std::fprintf(stderr, "rest: t(%d) <= %.1f x t(1): verifying trees\n", k_flat_rows, k_flat_factor);
         mc.ctx.reset();  // one context at a time: the tree context's pool takes the memory
         cp.trees = true;
+    }
+    if (verbose && mc.costs.valid()) {
+        std::fprintf(stderr, "rest: verifying %s (--draft-layout %s; measured t(%d) = %.1f x t(1))\n",
+                     mc.trees ? "trees" : "chains", layout.c_str(), k_flat_rows,
+                     mc.costs.predict_us(k_flat_rows, 0) / mc.costs.predict_us(1, 0));
     }
     return mc;
 }

@@ -8,7 +8,7 @@ void add_layout_option(CLI::App * cmd, std::string & layout) {
     cmd->add_option("--draft-layout", layout,
                     "How drafts are verified: tree (branches, unified KV pool shared by slots), chain (each tree's "
                     "best path in its own sequence, no per-step layout overhead, bit-exact on quantized CPU models) "
-                    "or auto (chain on CPU, tree on GPU)")
+                    "or auto (chain, then tree where the measured verify cost is flat: t(16) <= 2 t(1), as on GPUs)")
         ->check(CLI::IsMember({"auto", "tree", "chain"}))
         ->capture_default_str();
 }

@@ -111,4 +111,78 @@ TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
     EXPECT_LT(sj["n_forward"].get<int>(), pj["n_forward"].get<int>());
 }
 
+// What the automatic budget learned is saved per model, datastore and setting, read by the next run (warm start),
+// and a corrupt file in its place is ignored with a one-line warning and replaced; --no-warm-start neither reads
+// nor writes it.
+TEST_F(generate_cli, budget_state_is_saved_read_and_a_corrupt_one_ignored) {
+    const std::string cache  = dir_ + "/cache";
+    const std::string prompt = "The quick brown fox";
+    const auto plain = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) + " -n 32 --no-spec --json -t 1");
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    const auto        pj     = nlohmann::json::parse(plain.out);
+    const std::string corpus = dir_ + "/corpus.txt";
+    std::ofstream(corpus) << prompt << pj["text"].get<std::string>() << "\n";
+    const std::string idx = dir_ + "/own.idx";
+    ASSERT_EQ(run("index build -m " + shell_quote(model_) + " -o " + shell_quote(idx) + " " + shell_quote(corpus)).code, 0);
+    auto gen = [&](const std::string & extra) {
+        return run_cli("/usr/bin/env", "RESTCPP_CACHE_DIR=" + shell_quote(cache) + " " + shell_quote(bin_) +
+                                           " generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) +
+                                           " -n 32 --json -t 1 --index " + shell_quote(idx) + extra, dir_);
+    };
+    auto state_file = [&] {
+        std::string file;
+        if (fs::exists(cache + "/budget")) {
+            for (const auto & e : fs::directory_iterator(cache + "/budget")) file = e.path().string();
+        }
+        return file;
+    };
+    const auto first = gen("");
+    ASSERT_EQ(first.code, 0) << first.err;
+    EXPECT_EQ(nlohmann::json::parse(first.out)["tokens"], pj["tokens"]);
+    const std::string file = state_file();
+    ASSERT_FALSE(file.empty()) << "no budget state saved";
+    const auto state = nlohmann::json::parse(rest_test::slurp(file));
+    EXPECT_EQ(state["format"], "rest-budget-state");
+    EXPECT_TRUE(state["version"].is_number_integer());
+    EXPECT_FALSE(state["acceptance"].empty());
+
+    const auto second = gen("");  // warm
+    ASSERT_EQ(second.code, 0) << second.err;
+    EXPECT_EQ(second.err.find("warning"), std::string::npos) << second.err;
+    EXPECT_EQ(nlohmann::json::parse(second.out)["tokens"], pj["tokens"]);
+
+    for (const std::string & junk : {std::string("{not json"), std::string("\x00\xff\x13garbage", 10),
+                                     std::string("{\"format\": \"rest-budget-state\", \"version\": 999}"),
+                                     state.dump().substr(0, state.dump().size() / 2)}) {
+        std::ofstream(file, std::ios::binary | std::ios::trunc) << junk;
+        const auto r = gen("");
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_FALSE(r.signaled);
+        EXPECT_NE(r.err.find("warning: ignoring the budget cache"), std::string::npos) << r.err;
+        EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], pj["tokens"]);
+        EXPECT_NO_THROW(nlohmann::json::parse(rest_test::slurp(file))) << "the corrupt file is replaced";
+    }
+
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << "{not json";
+    const auto cold = gen(" --no-warm-start");
+    ASSERT_EQ(cold.code, 0) << cold.err;
+    EXPECT_EQ(cold.err.find("warning"), std::string::npos) << "--no-warm-start reads nothing: " << cold.err;
+    EXPECT_EQ(rest_test::slurp(file), "{not json") << "--no-warm-start writes nothing";
+}
+
+// --draft-layout auto picks trees only where the measured verify cost is flat: never on this CPU, even with
+// --ngl (a CPU-only build offloads nothing).
+TEST_F(generate_cli, auto_layout_follows_the_measured_cost) {
+    const auto r = run_cli("/usr/bin/env", "RESTCPP_CACHE_DIR=" + shell_quote(dir_ + "/cache") + " " + shell_quote(bin_) +
+                                               " generate -m " + shell_quote(model_) + " -p hi -n 4 -t 1 --ngl 99 --verbose",
+                           dir_);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find("rest: verifying chains (--draft-layout auto"), std::string::npos) << r.err;
+    const auto t = run_cli("/usr/bin/env", "RESTCPP_CACHE_DIR=" + shell_quote(dir_ + "/cache") + " " + shell_quote(bin_) +
+                                               " generate -m " + shell_quote(model_) + " -p hi -n 4 -t 1 --draft-layout tree --verbose",
+                           dir_);
+    ASSERT_EQ(t.code, 0) << t.err;
+    EXPECT_NE(t.err.find("rest: verifying trees (--draft-layout tree"), std::string::npos) << t.err;
+}
+
 }  // namespace
