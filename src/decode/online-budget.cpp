@@ -295,7 +295,6 @@ void online_budget::update_gain(const step_report & r) {
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
     m.t_plain      = (1 - w) * m.t_plain + w * per_token * (double) r.n_tokens;
     m.t_spent      = (1 - w) * m.t_spent + w * (r.t_pass_us + r.t_draft_us);
-    if (getenv("REST_DEBUG_GAIN")) fprintf(stderr, "gain step %d nq %zu tokens %lld pass %.0f draft %.0f per_token %.0f gain %.3f rows %d\n", m.steps, r.n_requests, (long long) r.n_tokens, r.t_pass_us, r.t_draft_us, per_token, m.t_plain / m.t_spent, r.n_rows);
     if (m.steps < params_.probe_steps) return;
     if (m.t_plain < m.t_spent) {
         // Drafting, as chosen, is slower than plain decoding was: plain steps only, then probe again.
