@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -148,7 +150,7 @@ std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx
 
 namespace {
 
-constexpr int k_state_version = 2;
+constexpr int k_state_version = 3;
 
 std::string state_key(const std::string & key, const std::string & index_path) {
     return key + "|index " + file_identity(index_path);
@@ -164,7 +166,7 @@ std::string budget_state_to_json(const rest::budget_state & s, const std::string
     for (const auto & [rows, ratio] : s.cost_ratio) costs.push_back({rows, ratio});
     return nlohmann::json{{"format", "rest-budget-state"}, {"version", k_state_version}, {"key", key},
                           {"acceptance", acc}, {"cost_ratio", costs}, {"cost_ratio_all", s.cost_ratio_all},
-                          {"t_draft_us", s.t_draft_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}}.dump(1) + "\n";
+                          {"t_draft_us", s.t_draft_us}, {"t_draft_node_us", s.t_draft_node_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}}.dump(1) + "\n";
 }
 
 std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key,
@@ -185,13 +187,26 @@ std::optional<rest::budget_state> budget_state_from_json(const std::string & tex
         }
         rest::budget_state s;
         for (const auto & b : j.at("acceptance")) s.acceptance.push_back({b.at(0).get<double>(), b.at(1).get<double>()});
-        for (const auto & c : j.at("cost_ratio")) s.cost_ratio.emplace_back(c.at(0).get<std::int32_t>(), c.at(1).get<double>());
-        s.cost_ratio_all = j.at("cost_ratio_all").get<double>();
-        s.t_draft_us     = j.at("t_draft_us").get<double>();
-        s.plain_us       = j.at("plain_us").get<std::vector<double>>();
-        s.spent_us       = j.at("spent_us").get<std::vector<double>>();
-        s.n_off          = j.at("n_off").get<std::vector<std::int32_t>>();
-        s.off_left       = j.at("off_left").get<std::vector<std::int32_t>>();
+        // Integers are read only as integers in range (a float or a huge value is a malformed file, not a cast).
+        auto int32 = [](const nlohmann::json & v) {
+            if (!v.is_number_integer() || v.get<std::int64_t>() < INT32_MIN || v.get<std::int64_t>() > INT32_MAX) {
+                throw std::runtime_error("an integer field holds " + v.dump());
+            }
+            return (std::int32_t) v.get<std::int64_t>();
+        };
+        auto int32s = [&](const nlohmann::json & v) {
+            std::vector<std::int32_t> out;
+            for (const auto & x : v) out.push_back(int32(x));
+            return out;
+        };
+        for (const auto & c : j.at("cost_ratio")) s.cost_ratio.emplace_back(int32(c.at(0)), c.at(1).get<double>());
+        s.cost_ratio_all  = j.at("cost_ratio_all").get<double>();
+        s.t_draft_us      = j.at("t_draft_us").get<double>();
+        s.t_draft_node_us = j.at("t_draft_node_us").get<double>();
+        s.plain_us        = j.at("plain_us").get<std::vector<double>>();
+        s.spent_us        = j.at("spent_us").get<std::vector<double>>();
+        s.n_off           = int32s(j.at("n_off"));
+        s.off_left        = int32s(j.at("off_left"));
         return s;
     } catch (const std::exception & e) {
         why = e.what();

@@ -7,7 +7,9 @@
 #                random weights): mechanics only, the outputs are not meaningful
 #   mtbench      MT-Bench, turn 1 then turn 2 on the model's own answer through the chat template (same fixture)
 #   llamacpp     llama.cpp's own tools on stories260K, when built (bench/build-llama-tools.sh): llama-bench's plain
-#                decode speed and llama-lookup's M with a static cache from tinystories-A (first 40 prompts of B)
+#                decode speed, llama-lookup's M with a static cache from tinystories-A (first 40 prompts of B), and
+#                bench/peers.py: llama-server (plain, ngram-cache, ngram-simple, ngram-mod) and llama-lookahead as
+#                external processes on 30 prompts of B
 # Each part runs every method in one `rest bench` process, interleaved per prompt, and writes results.json,
 # results.md and PNG plots into OUT/<part>/; OUT/headline.md collects the tables with the machine description.
 #
@@ -150,6 +152,16 @@ try:
 except Exception:
     pass
 PY
+        if [ -x "$tools/llama-server" ] && [ -x "$tools/llama-lookahead" ]; then
+            # Peers as external processes on the same prompts: llama-server (plain and n-gram types) and lookahead.
+            say "llama-server and llama-lookahead (load $(load))"
+            python3 "$root/bench/peers.py" --tools "$tools" -m "$m" --prompts "$data/prompts/tinystories-B.jsonl" \
+                --n-prompts "$(n 30 3)" -n 128 -t "$threads" --lookup-static "$cache/lookup-tinystories-A.bin" \
+                --out "$out/llamacpp" > "$out/llamacpp/peers.md" 2>>"$log" || say "peers.py failed (see $log)"
+            { echo; cat "$out/llamacpp/peers.md"; } >> "$out/llamacpp/results.md" 2>/dev/null || true
+        else
+            say "llama-server or llama-lookahead not built (bench/build-llama-tools.sh); no peer rows"
+        fi
         ;;
     *) echo "run-standard: unknown part '$part'" >&2; exit 1 ;;
     esac

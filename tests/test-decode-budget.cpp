@@ -148,7 +148,7 @@ TEST(online_budget, online_correction_tracks_measured_time) {
     EXPECT_NEAR(b.predict_us(1, 10), 77.0, 2.0);
     // And a size not re-measured fades back to the shared correction (now ~1), at forget_steps' scale: one
     // stale reading cannot keep a length switched off for good.
-    const double w = std::exp(-400.0 / online_budget_params{}.forget_steps);
+    const double w = 1.0 - 0.5 * 400.0 / online_budget_params{}.forget_steps;
     EXPECT_NEAR(b.predict_us(8, 10), 238.0 * (1 + w), 238.0 * 0.05);
     for (int i = 0; i < 4000; ++i) b.observe_step(step_of(1, 77.0));
     EXPECT_NEAR(b.predict_us(8, 10), 238.0, 238.0 * 0.02);

@@ -153,6 +153,18 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     bad.spent_us       = {1, 1, INFINITY};
     bad.n_off          = {1 << 30};
     online_budget b(k_cpu, {}, &bad);
+    // Finite but absurd values are ignored too: drafting a thousand plain steps' worth, a gain of a million.
+    budget_state absurd;
+    absurd.t_draft_us      = 1e300;
+    absurd.t_draft_node_us = 1e300;
+    absurd.plain_us        = {1e6 * 77};
+    absurd.spent_us        = {77};
+    absurd.cost_ratio      = {{1 << 30, 1.0}, {2, 1.0}};
+    online_budget a(k_cpu, {}, &absurd);
+    const draft_tree good = chain(8, 0.9f);
+    EXPECT_GT(choose_one(a, good), 0) << "an absurd drafting time from a file must not switch drafting off";
+    EXPECT_TRUE(a.want_draft(1));
+    EXPECT_DOUBLE_EQ(a.gain(1), 1.0) << "an absurd gain is not taken";
     EXPECT_NEAR(b.predict_us(1, 10), k_cpu.predict_us(1, 10), 1e-9);
     EXPECT_NEAR(b.calibrated(0.5f, 1), 0.5, 1e-9);
     EXPECT_TRUE(b.want_draft(1));

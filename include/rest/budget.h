@@ -36,7 +36,8 @@ struct step_report {
     double       t_pass_us = 0;   // everything but drafting: the forward pass, the walk (sampling) and the commit
     double       t_draft_us = 0;  // drafting, over all requests
     std::int64_t n_tokens = 0;    // tokens the step emitted, over all requests
-    bool         drafted = false; // want_draft() said yes for this step
+    bool         drafted = false; // some request drafted (want_draft() said yes and a request had a drafter)
+    std::int32_t n_asked = 0;     // draft nodes asked of the drafters, over all requests
 };
 
 // What a policy has learned, to persist between processes (warm start). Plain data; the front end stores it as
@@ -51,6 +52,7 @@ struct budget_state {
     std::vector<std::pair<std::int32_t, double>> cost_ratio;
     double cost_ratio_all = 1.0;  // the same over every shape
     double t_draft_us = 0;        // drafting time per step
+    double t_draft_node_us = 0;   // ... per node asked for
     // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests), of drafting steps: the realised gain's two sides
     // (EMAs per step of what plain decoding would have taken for the tokens emitted, and of the time taken; 0:
     // never measured), the back-off level of the probes, and the plain steps left before the next probe.

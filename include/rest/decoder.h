@@ -95,9 +95,10 @@ class decoder {
     void run(request & r, std::span<const token_id> prompt);
 
   private:
-    // The stages of step(), in order. Exactness rests on two rules kept in one place each: a request without draft
-    // nodes runs a plain 1-row pass on the context's threads (build_batch, verify), and the walk emits exactly one
-    // draw per visited node (walk).
+    // The stages of step(), in order. Exactness rests on two rules kept in one place each: a pass without draft
+    // nodes is a plain pass on the context's threads (verify), and a request without nodes is not padded
+    // (build_batch), except where several requests' chains must be equal (choose_equal's k pads every request that
+    // has a drafter, or llama.cpp would split the pass); and the walk emits exactly one draw per visited node.
     bool   collect_live(std::span<request * const> requests);  // live_ in slot order; false: nothing to do
     double draft_all();                                        // trees_; returns drafting time
     void   choose_budget();                                    // n_keep_, n_real_, trees_ truncated to n_real_
@@ -118,7 +119,8 @@ class decoder {
     std::vector<request *>    live_;
     std::vector<std::int32_t> path_;
     std::vector<token_id>     emitted_;
-    bool                      drafting_   = false;  // this step drafted (the policy's want_draft())
+    bool                      drafting_   = false;  // some request drafted this step
+    std::int32_t              n_asked_    = 0;      // draft nodes asked for this step, over all requests
     bool                      equal_rows_ = false;  // this step's chains must all verify the same count
     std::int32_t              rows_       = 0;      // rows of this step's forward pass
 };

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <chrono>
+#include <cstdint>
 
 namespace rest {
 
@@ -151,20 +152,25 @@ std::int32_t cap_of(const target_model & m, const request & r) { return std::min
 double decoder::draft_all() {
     // Unless the policy has found that drafts do not pay lately. Drafting sizes its work to what the policy may
     // choose: a tree for the nodes it chose lately (plus room to grow) costs less than one for the whole cap.
-    drafting_      = !policy_ || policy_->want_draft(live_.size());
-    double t_draft = 0;
+    const bool         want  = !policy_ || policy_->want_draft(live_.size());
+    const std::int32_t hint  = policy_ ? policy_->draft_nodes_hint() : INT32_MAX;
+    double             t_draft = 0;
+    drafting_                  = false;  // a request drafted this step (not merely: drafting was allowed)
+    n_asked_                   = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
         tree.clear();
         const std::int32_t cap = cap_of(model_, r);
-        if (!drafting_ || !r.draft || cap <= 0) continue;
-        const double       t0   = now_us();
-        const std::int32_t want = policy_ ? std::min(cap, policy_->draft_nodes_hint()) : cap;
-        tree = model_.trees() ? r.draft->draft(want) : draft_chain(*r.draft, cap, want, room_of(model_, r));
+        if (!want || !r.draft || cap <= 0) continue;
+        const double       t0    = now_us();
+        const std::int32_t nodes = std::min(cap, hint);
+        tree = model_.trees() ? r.draft->draft(nodes) : draft_chain(*r.draft, cap, nodes, room_of(model_, r));
         const double dt = now_us() - t0;
         r.stats.t_draft_us += dt;
         t_draft += dt;
+        drafting_ = true;
+        n_asked_ += nodes;
     }
     return t_draft;
 }
@@ -255,7 +261,8 @@ bool decoder::verify() {
     // On the thread count the policy found fastest for the pass. Several passes (n_equal 0) keep the context's
     // threads: some of them are single rows, which must compute exactly as plain decoding does.
     auto threads_for = [&](std::int32_t n_rows) {
-        return policy_ && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
+        const bool plain = n_rows == (std::int32_t) live_.size();  // no nodes at all: plain decoding's threads
+        return policy_ && !plain && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
     };
     model_.set_decode_threads(threads_for(rows_));
     if (model_.decode(batch_) == decode_status::ok) return true;
@@ -352,6 +359,7 @@ void decoder::step(std::span<request * const> requests) {
         rep.t_draft_us = t_draft;
         rep.n_tokens   = n_tokens;
         rep.drafted    = drafting_;
+        rep.n_asked    = n_asked_;
         policy_->observe_step(rep);
     }
     for (request * r : live_) {

@@ -30,20 +30,28 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
     for (auto & b : acceptance_) {
         if (!(b.n >= 0) || !(b.accepted >= 0) || b.accepted > b.n) b = {};
     }
-    auto sane = [](double r) { return r > 0.05 && r < 20; };
+    // Values are bounded by what the start-up table says a plain step costs, so no file can switch drafting off
+    // (or on) for longer than the estimates take to correct themselves.
+    auto         sane    = [](double r) { return r > 0.05 && r < 20; };
+    const double t_plain = table_.predict_us(1, 0);
     if (sane(warm->cost_ratio_all)) ratio_all_ = warm->cost_ratio_all;
     for (const auto & [rows, ratio] : warm->cost_ratio) {
-        if (rows >= 1 && sane(ratio)) {
-            cost_est & e = costs_[shape_key(rows, 1)];
+        if (rows >= 1 && rows < k_rows_flat && rows <= params_.n_max + 1 && sane(ratio)) {
+            cost_est & e = est_for(rows, 1);
             e.ratios[0]  = ratio;
             e.n          = 1;
+            e.median     = ratio;
         }
     }
-    if (warm->t_draft_us > 0 && std::isfinite(warm->t_draft_us)) t_draft_us_ = warm->t_draft_us;
+    auto bounded = [&](double v, double hi) { return v > 0 && v <= hi ? v : 0.0; };
+    t_draft_us_      = bounded(warm->t_draft_us, 10 * t_plain);
+    t_draft_node_us_ = bounded(warm->t_draft_node_us, 10 * t_plain);
     for (std::size_t c = 0; c < k_classes; ++c) {
         const double plain = c < warm->plain_us.size() ? warm->plain_us[c] : 0;
         const double spent = c < warm->spent_us.size() ? warm->spent_us[c] : 0;
-        if (!(plain > 0) || !(spent > 0) || !std::isfinite(plain) || !std::isfinite(spent)) continue;
+        // Both sides are EMAs of a step's time: within a range of plain steps, and a gain within [0.1, 10].
+        const double hi = 1e3 * t_plain * (double) (1u << c);
+        if (!(plain > 0) || !(spent > 0) || plain > hi || spent > hi || plain > 10 * spent || spent > 10 * plain) continue;
         mode & m  = mode_[c];
         m.n_off   = c < warm->n_off.size() ? std::clamp(warm->n_off[c], 0, 16) : 0;
         m.t_plain = plain;
@@ -78,12 +86,17 @@ double online_budget::calibrated(float score, std::uint8_t sources) const {
     return (b.accepted + params_.prior_weight * s) / (b.n + params_.prior_weight);
 }
 
-std::vector<double> online_budget::path_probabilities(const draft_tree & t) const {
-    std::vector<double> v(t.size());
+void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<double> & v) const {
+    v.resize(t.size());
     for (std::size_t i = 0; i < t.size(); ++i) {
         const double c = calibrated((float) conditional_score(t, i), t.sources[i]);
         v[i]           = t.parents[i] < 0 ? c : v[t.parents[i]] * c;
     }
+}
+
+std::vector<double> online_budget::path_probabilities(const draft_tree & t) const {
+    std::vector<double> v;
+    fill_path_probabilities(t, v);
     return v;
 }
 
@@ -91,18 +104,34 @@ double online_budget::prior_us(std::int32_t n_rows, std::int32_t n_past, std::si
     return table_.predict_batch_us(std::max<std::size_t>(n_equal, 1), n_rows, n_past);
 }
 
-double online_budget::cost_est::median() const {
+double online_budget::cost_est::median_of_window() const {
     std::array<double, k_window> v = ratios;
     const std::size_t            m = std::min(n, k_window);
     std::sort(v.begin(), v.begin() + m);
     return m == 0 ? 1.0 : m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
+const online_budget::cost_est * online_budget::find_est(std::int32_t n_rows, std::size_t n_equal) const {
+    if (n_equal <= 1 && n_rows < k_rows_flat) {
+        return n_rows >= 0 && (std::size_t) n_rows < single_.size() && single_[n_rows].n > 0 ? &single_[n_rows] : nullptr;
+    }
+    const auto it = costs_.find(shape_key(n_rows, n_equal));
+    return it == costs_.end() ? nullptr : &it->second;
+}
+
+online_budget::cost_est & online_budget::est_for(std::int32_t n_rows, std::size_t n_equal) {
+    if (n_equal <= 1 && n_rows >= 0 && n_rows < k_rows_flat) {
+        if ((std::size_t) n_rows >= single_.size()) single_.resize((std::size_t) n_rows + 1);
+        return single_[n_rows];
+    }
+    return costs_[shape_key(n_rows, n_equal)];
+}
+
 double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
-    const auto it = costs_.find(shape_key(n_rows, std::max<std::size_t>(n_equal, 1)));
-    if (it == costs_.end()) return ratio_all_;
-    const double w = std::exp(-(double) (n_steps_ - it->second.at) / params_.forget_steps);
-    return ratio_all_ + (it->second.median() - ratio_all_) * w;
+    const cost_est * e = find_est(n_rows, n_equal);
+    if (!e) return ratio_all_;
+    const double w = std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - e->at) / params_.forget_steps);
+    return ratio_all_ + (e->median - ratio_all_) * w;
 }
 
 double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
@@ -155,13 +184,14 @@ void online_budget::note_choice(std::int32_t n_nodes) {
     recent_at_          = (recent_at_ + 1) % k_recent;
 }
 
-online_budget::batch online_budget::prepare(std::span<const budget_query> qs) const {
-    batch  b;
-    double n_past_sum = 0;
+const online_budget::batch & online_budget::prepare(std::span<const budget_query> qs) {
+    batch & b = scratch_;  // reused: the hot path allocates nothing once its vectors have grown
+    double  n_past_sum = 0;
     b.lim.assign(qs.size(), 0);
     b.pad.assign(qs.size(), 0);
     b.cap.assign(qs.size(), 0);
     b.prob.resize(qs.size());
+    b.lim_max = b.pad_max = 0;
     for (size_t i = 0; i < qs.size(); ++i) {
         // A request without draft nodes is not padded: its step stays a plain 1-row pass, which computes exactly
         // what plain decoding does (a padded pass takes other kernels, e.g. flash attention's split-KV path is for
@@ -170,7 +200,8 @@ online_budget::batch online_budget::prepare(std::span<const budget_query> qs) co
         b.cap[i] = std::min<size_t>((size_t) std::max(0, qs[i].n_max), (size_t) params_.n_max);
         b.pad[i] = n_tree == 0 ? 0 : b.cap[i];
         b.lim[i] = std::min(n_tree, b.pad[i]);
-        if (b.lim[i] > 0) b.prob[i] = path_probabilities(*qs[i].tree);
+        b.prob[i].clear();
+        if (b.lim[i] > 0) fill_path_probabilities(*qs[i].tree, b.prob[i]);
         b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
         b.lim_max = std::max(b.lim_max, b.lim[i]);
         b.pad_max = std::max(b.pad_max, b.pad[i]);
@@ -199,9 +230,10 @@ std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const 
 void online_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     const size_t nq = qs.size();
     std::fill(n_out.begin(), n_out.end(), 0);
-    const batch b = prepare(qs);
+    const batch & b = prepare(qs);
     if (b.lim_max == 0) return;
-    std::vector<size_t> next(nq, 0);
+    std::vector<size_t> & next = next_;
+    next.assign(nq, 0);
     // Greedy over the whole batch: add the next node (in each tree's best-first order, padding last) with the
     // highest calibrated probability, and remember the configuration with the best expected tokens per microsecond.
     std::int32_t rows      = (std::int32_t) nq;
@@ -237,7 +269,7 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
 
 std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
     const size_t nq = qs.size();
-    const batch  b  = prepare(qs);
+    const batch & b  = prepare(qs);
     if (b.lim_max == 0) return 0;
     // Every chain length k costs 1 + min(k, cap) rows per request, whichever requests have drafts that long: the
     // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
@@ -268,7 +300,8 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
                                        std::span<const std::int32_t> path) {
     // A node tells about its conditional probability only if its parent was accepted (or is the root).
     const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
-    std::vector<char>  accepted(n, 0);
+    std::vector<char> & accepted = accepted_;
+    accepted.assign((std::size_t) std::max(n, 0), 0);
     for (std::int32_t v : path) {
         if (v >= 0 && v < n) accepted[v] = 1;
     }
@@ -315,10 +348,11 @@ void online_budget::observe_step(const step_report & r) {
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
     const double t    = r.t_pass_us - (same ? 0.0 : table_.rebuild_us * ratio_all_);
     if (r.n_equal > 0 && base > 0 && t > 0) {
-        cost_est & e = costs_[shape_key(r.n_rows, r.n_equal)];
+        cost_est & e = est_for(r.n_rows, r.n_equal);
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
         e.ratios[e.n++ % k_window] = t / base;
         e.at                       = n_steps_;
+        e.median                   = e.median_of_window();
         // The shared ratio clamps single observations, so one preempted step cannot swing it.
         ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
                      params_.time_ema * std::clamp(t / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
@@ -337,8 +371,8 @@ void online_budget::observe_step(const step_report & r) {
     }
     if (r.t_draft_us > 0) {
         t_draft_us_ = t_draft_us_ == 0 ? r.t_draft_us : 0.9 * t_draft_us_ + 0.1 * r.t_draft_us;
-        // Per node asked for (the hint this step was drafted with), for sizing the next drafts.
-        const double per = r.t_draft_us / ((double) draft_nodes_hint() * (double) std::max<std::size_t>(r.n_requests, 1));
+        // Per node asked of the drafters, for sizing the next drafts.
+        const double per = r.t_draft_us / (double) std::max(1, r.n_asked);
         t_draft_node_us_ = t_draft_node_us_ == 0 ? per : 0.9 * t_draft_node_us_ + 0.1 * per;
     }
     if (r.drafted && r.n_requests > 0) update_gain(r);
@@ -349,10 +383,10 @@ budget_state online_budget::export_state() const {
     s.acceptance     = acceptance_;
     s.cost_ratio_all = ratio_all_;
     s.t_draft_us     = t_draft_us_;
-    for (const auto & [key, e] : costs_) {
-        if ((key >> 32) == 1) s.cost_ratio.emplace_back((std::int32_t) (key & 0xffffffffu), ratio_of((std::int32_t) (key & 0xffffffffu), 1));
+    for (std::size_t rows = 1; rows < single_.size(); ++rows) {
+        if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
     }
-    std::sort(s.cost_ratio.begin(), s.cost_ratio.end());
+    s.t_draft_node_us = t_draft_node_us_;
     for (std::size_t c = 0; c < k_classes; ++c) {
         const mode & m = mode_[c];
         s.plain_us.push_back(m.t_plain);

@@ -15,6 +15,7 @@
 
 #include "rest/budget.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <unordered_map>
@@ -28,7 +29,8 @@ struct online_budget_params {
     double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score
     double       bin_cap = 2000;        // evidence per acceptance bin is capped, so a new workload moves it
     double       time_ema = 0.05;       // weight of a new step in the cost ratio shared by all shapes
-    double       forget_steps = 500;    // a cost estimate not re-measured fades to the shared ratio at this scale
+    double       forget_steps = 500;    // a cost estimate not re-measured fades linearly to the shared ratio: half-way
+                                        // after this many steps, all the way after twice as many
     double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
     std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
     // While drafting, a plain step at least every plain_every steps, so that the gain compares with what plain
@@ -100,13 +102,19 @@ class online_budget final : public budget_policy {
         std::array<double, k_window> ratios{};
         std::size_t                  n = 0;  // ratios recorded (the ring holds the last k_window)
         std::int64_t                 at = 0;
-        double median() const;
+        double                       median = 1.0;  // of the window, kept current by observe_step()
+        double median_of_window() const;
     };
     static std::uint64_t shape_key(std::int32_t n_rows, std::size_t n_equal) {
         return ((std::uint64_t) n_equal << 32) | (std::uint32_t) n_rows;
     }
     double prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const;
     double ratio_of(std::int32_t n_rows, std::size_t n_equal) const;
+    // The estimate of a shape: one request's in a flat vector (the hot path prices every row count each step),
+    // several requests' in a map. find_est() returns nullptr for a shape never measured.
+    const cost_est * find_est(std::int32_t n_rows, std::size_t n_equal) const;
+    cost_est &       est_for(std::int32_t n_rows, std::size_t n_equal);
+    static constexpr std::int32_t k_rows_flat = 4096;
     double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
     bin &  bin_of(float conditional_score, std::uint8_t sources);
     const bin & bin_of(float conditional_score, std::uint8_t sources) const;
@@ -120,7 +128,8 @@ class online_budget final : public budget_policy {
         std::size_t                      pad_max = 0;
         std::int32_t                     n_past  = 0;  // mean committed tokens
     };
-    batch prepare(std::span<const budget_query> qs) const;
+    const batch & prepare(std::span<const budget_query> qs);  // into scratch_
+    void fill_path_probabilities(const draft_tree & t, std::vector<double> & out) const;
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b) const;
     void  note_choice(std::int32_t n_nodes);
@@ -129,10 +138,14 @@ class online_budget final : public budget_policy {
     cost_table                                  table_;
     online_budget_params                        params_;
     std::vector<bin>                            acceptance_;  // [sources * k_bins + bin]
-    std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key
+    std::vector<cost_est>                       single_;      // by rows, one request
+    batch                                       scratch_;     // per-step scratch of choose() and choose_equal()
+    std::vector<std::size_t>                    next_;
+    std::vector<char>                           accepted_;
+    std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
-    double                                      t_draft_node_us_ = 0;  // ... per node asked for
+    double                                      t_draft_node_us_ = 0;  // ... per node asked for (0: unmeasured)
     std::array<mode, k_classes>                 mode_{};
     std::int64_t                                n_steps_ = 0;
     bool                                        drafted_before_ = false;  // the first draft has been seen
@@ -150,6 +163,7 @@ class fixed_budget final : public budget_policy {
   public:
     explicit fixed_budget(std::int32_t n, cost_table costs = {}) : n_(n), costs_(std::move(costs)) {}
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
+    std::int32_t draft_nodes_hint() const override { return std::max(1, n_); }
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return costs_.threads_for(n_rows, n_requests);
     }
