@@ -141,6 +141,9 @@ TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
     spec.warm = &learned;
     auto warm = make_budget_policy(spec);
     EXPECT_FALSE(warm->want_draft(1)) << "the first step of a warm start is plain where drafting did not pay";
+    // A batch-size class never measured starts from its nearest measured neighbour's: plain too.
+    EXPECT_FALSE(cold->want_draft(2));
+    EXPECT_FALSE(cold->want_draft(3));
 }
 
 TEST(online_budget_run, malformed_warm_state_is_ignored) {

@@ -54,9 +54,10 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
         if (!(plain > 0) || !(spent > 0) || plain > hi || spent > hi || plain > 10 * spent || spent > 10 * plain) continue;
         mode & m  = mode_[c];
         m.n_off   = c < warm->n_off.size() ? std::clamp(warm->n_off[c], 0, 16) : 0;
-        m.t_plain = plain;
-        m.t_spent = spent;
-        m.steps   = params_.probe_steps;  // the gain is known: keep checking it from here
+        m.t_plain  = plain;
+        m.t_spent  = spent;
+        m.measured = true;
+        m.steps    = params_.probe_steps;  // the gain is known: keep checking it from here
         if (plain < spent) {
             // The schedule goes on where the last run left it, so short runs still probe at the bounded rate.
             const std::int32_t left = c < warm->off_left.size() ? warm->off_left[c] : 0;
@@ -156,8 +157,29 @@ double online_budget::gain(std::size_t n_requests) const {
 
 // --- the choice --------------------------------------------------------------------------------------------------
 
+void online_budget::seed_from_neighbour(std::size_t c) {
+    // A batch-size class with no measurement of its own starts from the nearest class that has one (a server's
+    // batch grows and shrinks through the classes; each would otherwise pay for a cold probe of its own).
+    for (std::size_t d = 1; d < k_classes; ++d) {
+        for (const std::size_t n : {c - d, c + d}) {  // c - d wraps past 0 to a huge value: out of range, skipped
+            if (n >= k_classes || !mode_[n].measured) continue;
+            const mode & from = mode_[n];
+            mode &       m    = mode_[c];
+            m.t_plain  = from.t_plain;
+            m.t_spent  = from.t_spent;
+            m.n_off    = from.n_off;
+            m.steps    = params_.probe_steps;
+            m.off_left = from.t_plain < from.t_spent ? std::max(1, from.off_left) : 0;
+            m.measured = true;
+            return;
+        }
+    }
+}
+
 bool online_budget::want_draft(std::size_t n_requests) {
-    mode & m = mode_[bucket(n_requests)];
+    const std::size_t c = bucket(n_requests);
+    if (!mode_[c].measured) seed_from_neighbour(c);
+    mode & m = mode_[c];
     if (m.off_left == 0) {
         if (m.since_plain < params_.plain_every) return true;
         m.since_plain = 0;  // measure what plain decoding costs now
@@ -325,6 +347,7 @@ void online_budget::update_gain(const step_report & r) {
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
     const double      per_token   = predict_us((std::int32_t) r.n_requests, r.n_past, plain_equal) / (double) r.n_requests;
     ++m.steps;
+    m.measured     = true;
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
     m.t_plain      = (1 - w) * m.t_plain + w * per_token * (double) r.n_tokens;
     m.t_spent      = (1 - w) * m.t_spent + w * (r.t_pass_us + r.t_draft_us);

@@ -92,7 +92,9 @@ class online_budget final : public budget_policy {
         std::int32_t off_left = 0;  // plain steps left before the next probe
         std::int32_t n_off = 0;     // probes in a row that did not pay
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
+        bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
     };
+    void seed_from_neighbour(std::size_t c);
     static constexpr std::size_t k_classes = 6;  // 1, 2, 3-4, 5-8, 9-16, 17+ requests
     static std::size_t bucket(std::size_t n_requests);
     // A cost estimate: the median of the last k_window measured / prior times (robust to a preempted step, and
