@@ -4,6 +4,7 @@
 
 #include "rest/drafter.h"
 #include "rest/history-store.h"
+#include "rest/slot-batch.h"
 
 #include <nlohmann/json.hpp>
 
@@ -42,13 +43,13 @@ wave_result run_wave(session & s, rest::target_model & ctx, std::int32_t n_strea
         policy      = rest::make_budget_policy(spec);
         history     = std::make_unique<rest::history_store>(rest::history_store_params{});
     }
-    rest::decoder dec(ctx, policy.get());
+    rest::decoder    dec(ctx, policy.get());
+    rest::slot_batch batch(dec, n_streams);
     struct slot {
         std::unique_ptr<rest::token_sampler> sampler;
         std::unique_ptr<rest::drafter>       drafter;
         rest::request                        req;
         std::size_t                          prompt = 0;
-        bool                                 busy   = false;
     };
     std::vector<slot> slots((std::size_t) n_streams);
     std::deque<std::size_t> queue;
@@ -62,36 +63,25 @@ wave_result run_wave(session & s, rest::target_model & ctx, std::int32_t n_strea
         sl.sampler = m.new_sampler(rest::sampler_params{});
         sl.drafter = spec ? std::make_unique<rest::drafter>(s.datastore(), history.get(), dp) : nullptr;
         sl.req     = rest::request{};
-        sl.req.slot               = k;
         sl.req.params.n_predict   = p.n_predict;
         sl.req.params.n_draft_max = n_draft_max;
         sl.req.sampler            = sl.sampler.get();
         sl.req.draft              = sl.drafter.get();
         sl.req.is_eog             = [&m](rest::token_id t) { return m.is_eog(t); };
-        dec.start(sl.req, p.prompts[sl.prompt]);
-        sl.busy = true;
+        batch.start(k, sl.req, p.prompts[sl.prompt]);
     };
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<rest::request *> live;
     while (true) {
-        for (std::int32_t k = 0; k < n_streams && !queue.empty(); ++k) {
-            if (!slots[(std::size_t) k].busy) admit(k);
-        }
-        live.clear();
-        for (auto & sl : slots) {
-            if (sl.busy) live.push_back(&sl.req);
-        }
-        if (live.empty()) break;
-        dec.step(live);
-        for (auto & sl : slots) {
-            if (sl.busy && sl.req.done()) {
-                if (sl.drafter) sl.drafter->finish();  // into the online store, as the server's engine does
-                w.tokens += (std::int64_t) sl.req.output.size();
-                w.forwards += sl.req.stats.n_forward;
-                w.draft_s += sl.req.stats.t_draft_us * 1e-6;
-                w.outputs[sl.prompt] = std::move(sl.req.output);
-                sl.busy = false;
-            }
+        for (std::int32_t k; !queue.empty() && (k = batch.free_slot()) >= 0;) admit(k);
+        if (batch.n_busy() == 0) break;
+        for (const std::int32_t k : batch.step()) {
+            slot & sl = slots[(std::size_t) k];
+            if (sl.drafter) sl.drafter->finish();  // into the online store, as the server's engine does
+            w.tokens += (std::int64_t) sl.req.output.size();
+            w.forwards += sl.req.stats.n_forward;
+            w.draft_s += sl.req.stats.t_draft_us * 1e-6;
+            w.outputs[sl.prompt] = std::move(sl.req.output);
+            batch.release(k);
         }
     }
     w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -46,6 +46,7 @@ engine::engine(const rest::model & model, rest::target_model & ctx, const rest::
                server_metrics & metrics) :
     model_(model), ctx_(ctx), ds_(ds), history_(history), params_(params), metrics_(metrics) {
     decoder_ = std::make_unique<rest::decoder>(ctx_, policy);
+    batch_   = std::make_unique<rest::slot_batch>(*decoder_, ctx_.n_slots());
     for (std::int32_t i = 0; i < ctx_.n_slots(); ++i) {
         slots_.push_back(std::make_unique<slot>());
         slots_.back()->index = i;
@@ -137,7 +138,7 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
         // End-of-generation tokens end the text; they are not part of it.
         return model_.is_eog(t) || sp->text.add(model_.vocab().piece(t));
     };
-    decoder_->start(s.req, in.prompt);
+    batch_->start(s.index, s.req, in.prompt);
     s.seen = s.req.stats;
     metrics_.on_prefill(s.req.stats.n_prompt, s.req.stats.n_forward, s.req.stats.t_prefill_us);
 }
@@ -186,6 +187,7 @@ void engine::end(slot & s, end_kind kind) {
     // Free the slot before the client hears the result, so a /health right after a reply never counts it busy.
     std::shared_ptr<job> j    = std::move(s.j);
     const std::string    tail = s.text.finish();
+    batch_->release(s.index);
     s.drafter.reset();
     s.sampler.reset();
     s.req = rest::request{};
@@ -216,6 +218,7 @@ void engine::fail_active(const std::string & message) {
         metrics_.on_finish("error", s.req.stats.n_prompt, (std::int64_t) s.req.output.size(), s.t_queue_ms);
         s.j->finish(std::move(out));
         s.j.reset();
+        batch_->release(s.index);
         s.drafter.reset();
         s.sampler.reset();
         s.req = rest::request{};
@@ -231,7 +234,6 @@ void engine::fail_active(const std::string & message) {
 }
 
 void engine::loop() {
-    std::vector<rest::request *> reqs;
     std::vector<slot *>          active;
     std::vector<std::pair<slot *, std::shared_ptr<job>>> admitted;
     std::vector<std::shared_ptr<job>> dropped;
@@ -289,6 +291,7 @@ void engine::loop() {
                 metrics_.on_finish("error", 0, 0, 0);
                 keep->finish(std::move(out));
                 s->j.reset();
+                batch_->release(s->index);  // (a no-op unless the prompt was processed before the throw)
                 s->drafter.reset();
                 s->sampler.reset();
                 s->req = rest::request{};
@@ -300,7 +303,6 @@ void engine::loop() {
         }
 
         active.clear();
-        reqs.clear();
         for (auto & sp : slots_) {
             slot & s = *sp;
             if (!s.busy || !s.j) {
@@ -315,7 +317,6 @@ void engine::loop() {
                 continue;
             }
             active.push_back(&s);
-            reqs.push_back(&s.req);
         }
         if (stopping) {
             std::lock_guard<std::mutex> lock(mutex_);
@@ -324,14 +325,14 @@ void engine::loop() {
             }
             continue;
         }
-        if (reqs.empty()) {
+        if (active.empty()) {
             continue;
         }
 
         const std::int64_t f0 = ctx_.n_forward();
         const double       t0 = now_us();
         try {
-            decoder_->step(reqs);
+            batch_->step();  // every active slot's request (the others have just been ended)
         } catch (const std::exception & e) {
             fail_active(std::string("decoding failed: ") + e.what());
             continue;

@@ -12,6 +12,7 @@
 #include "metrics.h"
 
 #include "rest/decoder.h"
+#include "rest/slot-batch.h"
 #include "rest/drafter.h"
 #include "rest/llama-model.h"
 
@@ -84,6 +85,7 @@ class engine {
     engine_params                        params_;
     server_metrics &                     metrics_;
     std::unique_ptr<rest::decoder>       decoder_;
+    std::unique_ptr<rest::slot_batch>    batch_;  // the slots' requests, advanced together (engine thread only)
     std::vector<std::unique_ptr<slot>>   slots_;  // engine thread only (busy flags also under mutex_)
 
     mutable std::mutex                     mutex_;
