@@ -84,13 +84,13 @@ TEST(online_budget, draft_hint_follows_recent_choices_with_room_to_grow) {
     const draft_tree good = chain(64, 0.95f);
     const std::int32_t n_good = choose_one(b, good);
     ASSERT_GT(n_good, 2);
-    EXPECT_EQ(b.draft_nodes_hint(), 2 * n_good + 2);
+    EXPECT_EQ(b.draft_nodes_hint(), n_good + 2);
     // Shorter choices do not shrink it until the long one has left the recent window (32 steps).
     const draft_tree poor = chain(8, 0.05f);
     for (int i = 0; i < 31; ++i) choose_one(b, poor);
-    EXPECT_EQ(b.draft_nodes_hint(), 2 * n_good + 2);
+    EXPECT_EQ(b.draft_nodes_hint(), n_good + 2);
     choose_one(b, poor);
-    EXPECT_LT(b.draft_nodes_hint(), 2 * n_good + 2);
+    EXPECT_LT(b.draft_nodes_hint(), n_good + 2);
 }
 
 TEST(online_budget, exploration_is_bounded_per_bin) {

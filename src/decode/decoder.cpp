@@ -164,7 +164,9 @@ double decoder::draft_all() {
         const std::int32_t cap = cap_of(model_, r);
         if (!want || !r.draft || cap <= 0) continue;
         const double       t0    = now_us();
-        const std::int32_t nodes = std::min(cap, hint);
+        // Room to grow beyond the hint: a tree's drafted nodes are all it can verify, so trees draft twice the hint;
+        // a chain is the best path of a tree draft_chain() sizes to four times it.
+        const std::int32_t nodes = model_.trees() ? std::min<std::int64_t>(cap, 2 * (std::int64_t) hint) : std::min(cap, hint);
         tree = model_.trees() ? r.draft->draft(nodes) : draft_chain(*r.draft, cap, nodes, room_of(model_, r));
         const double dt = now_us() - t0;
         r.stats.t_draft_us += dt;

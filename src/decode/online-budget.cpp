@@ -193,7 +193,7 @@ bool online_budget::want_draft(std::size_t n_requests) {
 }
 
 std::int32_t online_budget::draft_nodes_hint() const {
-    const std::int32_t grow = 2 + 2 * *std::max_element(recent_.begin(), recent_.end());
+    const std::int32_t grow = 2 + *std::max_element(recent_.begin(), recent_.end());
     // Where drafting is cheap next to a step (a large model), draft what the cap allows: the policy can only
     // choose among nodes it has seen.
     const double per_node   = t_draft_node_us_ > 0 ? t_draft_node_us_ : 1.0;

@@ -51,9 +51,9 @@ class online_budget final : public budget_policy {
     online_budget(cost_table table, online_budget_params params = {}, const budget_state * warm = nullptr);
 
     bool want_draft(std::size_t n_requests) override;
-    // 2 + twice the most nodes chosen for a request over the last k_recent steps: room to double step by step (a
-    // tree drafted for the hint is all a tree layout may verify; where good drafts appear, it grows 2, 6, 14, ...);
-    // at least as many nodes as drafting for draft_cost_frac of a plain step buys (all of them on a large model).
+    // Two more than the most nodes chosen for a request over the last k_recent steps (the decoder adds each layout's
+    // room to grow: trees draft twice the hint, chains take the best path of a tree four times it), and at least as
+    // many nodes as drafting for draft_cost_frac of a plain step buys (all of them on a large model).
     std::int32_t draft_nodes_hint() const override;
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
