@@ -227,10 +227,11 @@ TEST(online_budget, equal_chains_are_priced_from_the_batch_grid) {
 
 TEST(online_budget, batched_passes_correct_their_own_grid_points) {
     online_budget b(with_grid());
-    // One request's 8-row passes as predicted, and 4 requests' 8-row passes at twice the grid's time.
-    for (int i = 0; i < 400; ++i) {
-        b.observe_step(step_of(8, 529.0));
-        b.observe_step(step_of(8, 2 * 569.0, 0, 4, false, 4));
+    // One request's 8-row passes as predicted, and 4 requests' 8-row passes at twice the grid's time, in runs of
+    // ten (a pass after one of the other shape measures the rebuild, not the shape).
+    for (int i = 0; i < 40; ++i) {
+        for (int k = 0; k < 10; ++k) b.observe_step(step_of(8, 529.0));
+        for (int k = 0; k < 10; ++k) b.observe_step(step_of(8, 2 * 569.0, 0, 4, false, 4));
     }
     EXPECT_NEAR(b.predict_us(8, 10, 4), 2 * 569.0, 2 * 569.0 * 0.05);
     EXPECT_NEAR(b.predict_us(8, 10, 1), 529.0, 529.0 * 0.05);
@@ -285,6 +286,22 @@ TEST(online_budget, keeps_the_last_shape_when_a_rebuild_costs_more_than_rows) {
     EXPECT_NEAR(after4.step_us(2, 10), 110 + 80, 1e-9);
     after4.observe_other_pass();  // a prompt was processed in between: every shape is a change now
     EXPECT_NEAR(after4.step_us(4, 10), 130 + 80, 1e-9);
+}
+
+TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {
+    // The table says a change of shape costs 20 us; the passes that changed shape took 100 us more than their
+    // shape's steady time: the choice must price changes at 100 from then on.
+    cost_table c = table_of({1, 2, 3, 4, 8}, {100, 110, 120, 130, 170});
+    c.rebuild_us = 20;
+    online_budget b(c, no_exploration());
+    EXPECT_NEAR(b.step_us(2, 10), 110 + 20, 1e-9);
+    for (int i = 0; i < 5; ++i) {
+        b.observe_step(step_of(4, 130 + 100));  // after a 2-row pass
+        b.observe_step(step_of(2, 110 + 100));  // after a 4-row pass
+    }
+    EXPECT_NEAR(b.step_us(2, 10), 110, 1e-6) << "the last pass had 2 rows: another is steady";
+    EXPECT_NEAR(b.step_us(3, 10), 120 + 100, 1e-6);
+    EXPECT_NEAR(b.step_us(4, 10), 130 + 100, 1e-6);
 }
 
 TEST(online_budget, decoder_with_worthless_drafts_stays_near_plain) {

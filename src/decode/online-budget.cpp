@@ -141,7 +141,11 @@ double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::
 
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
     const bool same = n_rows == last_rows_ && n_equal == last_equal_;
-    return predict_us(n_rows, n_past, n_equal) + (same ? 0.0 : table_.rebuild_us * ratio_all_);
+    return predict_us(n_rows, n_past, n_equal) + (same ? 0.0 : rebuild_us());
+}
+
+double online_budget::rebuild_us() const {
+    return rebuild_.n > 0 ? rebuild_.median : table_.rebuild_us * ratio_all_;
 }
 
 double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
@@ -369,8 +373,13 @@ void online_budget::observe_step(const step_report & r) {
     last_rows_        = r.n_rows;
     last_equal_       = r.n_equal;
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
-    const double t    = r.t_pass_us - (same ? 0.0 : table_.rebuild_us * ratio_all_);
-    if (r.n_equal > 0 && base > 0 && t > 0) {
+    const double t    = r.t_pass_us;
+    if (r.n_equal > 0 && base > 0 && t > 0 && !same) {
+        // A pass of another shape than the last pays llama.cpp's graph rebuild: what it took beyond its shape's
+        // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
+        rebuild_.ratios[rebuild_.n++ % k_window] = std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal));
+        rebuild_.median                          = rebuild_.median_of_window();
+    } else if (r.n_equal > 0 && base > 0 && t > 0) {
         cost_est & e = est_for(r.n_rows, r.n_equal);
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
         e.ratios[e.n++ % k_window] = t / base;

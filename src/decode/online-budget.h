@@ -6,7 +6,8 @@
 //    own score is the prior, prior_weight pseudo-observations strong);
 //  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
 //    start-up table, which is only the prior; an estimate not re-measured fades back to the ratio shared by all
-//    shapes, so one stale reading cannot keep a length switched off;
+//    shapes, so one stale reading cannot keep a length switched off; and what a change of shape adds (llama.cpp
+//    rebuilds its graph), learned from the passes that changed it;
 //  - gain: per batch-size class, the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included). This is the check the others answer to: the per-step choice
 //    maximises the first two's expected rate, and where the realised gain stays below 1 drafting is switched off
@@ -118,6 +119,7 @@ class online_budget final : public budget_policy {
     cost_est &       est_for(std::int32_t n_rows, std::size_t n_equal);
     static constexpr std::int32_t k_rows_flat = 4096;
     double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    double rebuild_us() const;  // what a change of shape costs now (learned; the table's figure until measured)
     bin &  bin_of(float conditional_score, std::uint8_t sources);
     const bin & bin_of(float conditional_score, std::uint8_t sources) const;
     // What choose() and choose_equal() read from a batch of queries.
@@ -146,6 +148,7 @@ class online_budget final : public budget_policy {
     std::vector<char>                           accepted_;
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
+    cost_est                                    rebuild_;          // microseconds a change of shape added
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
     double                                      t_draft_node_us_ = 0;  // ... per node asked for (0: unmeasured)
     std::array<mode, k_classes>                 mode_{};
