@@ -295,13 +295,17 @@ TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {
     c.rebuild_us = 20;
     online_budget b(c, no_exploration());
     EXPECT_NEAR(b.step_us(2, 10), 110 + 20, 1e-9);
+    // Steady runs of each shape as the table says, then alternating shapes (every pass a change).
+    for (int k = 0; k < 6; ++k) b.observe_step(step_of(4, k == 0 ? 130 + 20 : 130));
+    for (int k = 0; k < 6; ++k) b.observe_step(step_of(2, k == 0 ? 110 + 100 : 110));
     for (int i = 0; i < 5; ++i) {
         b.observe_step(step_of(4, 130 + 100));  // after a 2-row pass
         b.observe_step(step_of(2, 110 + 100));  // after a 4-row pass
     }
-    EXPECT_NEAR(b.step_us(2, 10), 110, 1e-6) << "the last pass had 2 rows: another is steady";
-    EXPECT_NEAR(b.step_us(3, 10), 120 + 100, 1e-6);
-    EXPECT_NEAR(b.step_us(4, 10), 130 + 100, 1e-6);
+    // (Within 2%: the shared ratio and the estimates' ages move the steady parts a little.)
+    EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.02) << "the last pass had 2 rows: another is steady";
+    EXPECT_NEAR(b.step_us(3, 10), 120 + 100, 220 * 0.02) << "a change costs what changes took, not the table's 20";
+    EXPECT_NEAR(b.step_us(4, 10), 130 + 100, 230 * 0.02);
 }
 
 TEST(online_budget, decoder_with_worthless_drafts_stays_near_plain) {

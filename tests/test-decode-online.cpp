@@ -149,9 +149,28 @@ TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
     spec.warm = &learned;
     auto warm = make_budget_policy(spec);
     EXPECT_FALSE(warm->want_draft(1)) << "the first step of a warm start is plain where drafting did not pay";
-    // A batch-size class never measured starts from its nearest measured neighbour's: plain too.
-    EXPECT_FALSE(cold->want_draft(2));
-    EXPECT_FALSE(cold->want_draft(3));
+}
+
+TEST(online_budget_run, a_class_never_measured_starts_from_its_nearest_finished_neighbour) {
+    // Class 0 (one request) measured drafting not to pay and is 100 plain steps from its next probe; classes 1+
+    // (2, 3-4, ... requests) were never measured: they start plain too, and probe on the neighbour's schedule.
+    budget_state st;
+    st.plain_us = {80};
+    st.spent_us = {100};
+    st.n_off    = {2};
+    st.off_left = {100};
+    online_budget b(k_cpu, {}, &st);
+    EXPECT_FALSE(b.want_draft(2));
+    EXPECT_FALSE(b.want_draft(4));
+    EXPECT_TRUE(b.drafting_off(2));
+    EXPECT_TRUE(b.drafting_off(3));
+    // A neighbour in the middle of a probe (a mean of a few steps) is not copied: the class probes itself.
+    budget_state paying;
+    paying.plain_us = {200};
+    paying.spent_us = {100};
+    online_budget p(k_cpu, {}, &paying);
+    EXPECT_TRUE(p.want_draft(2));
+    EXPECT_NEAR(p.gain(2), 2.0, 1e-9) << "a finished measurement is copied";
 }
 
 TEST(online_budget_run, malformed_warm_state_is_ignored) {

@@ -75,6 +75,9 @@ class budget_policy {
     // (a chain's best path from a 32-node tree costs 2-3x drafting an 8-node one; on a tiny model that is several
     // percent of a step). Any value >= 1; a policy may still choose more nodes than it said.
     virtual std::int32_t draft_nodes_hint() const { return 64; }
+    // Nodes to draft for a tree layout, where the drafted nodes are all the policy can choose from: the hint, or
+    // more for a policy that needs room to grow (a chain gets its room from draft_chain()'s larger tree).
+    virtual std::int32_t tree_draft_nodes() const { return draft_nodes_hint(); }
     // For each query, n_out[i] in [0, n_max]: verify the first n_out[i] nodes of the tree (0: plain decoding), the
     // ones past its size being padding.
     virtual void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) = 0;

@@ -153,7 +153,7 @@ double decoder::draft_all() {
     // Unless the policy has found that drafts do not pay lately. Drafting sizes its work to what the policy may
     // choose: a tree for the nodes it chose lately (plus room to grow) costs less than one for the whole cap.
     const bool         want  = !policy_ || policy_->want_draft(live_.size());
-    const std::int32_t hint  = policy_ ? policy_->draft_nodes_hint() : INT32_MAX;
+    const std::int32_t hint  = !policy_ ? INT32_MAX : model_.trees() ? policy_->tree_draft_nodes() : policy_->draft_nodes_hint();
     double             t_draft = 0;
     drafting_                  = false;  // a request drafted this step (not merely: drafting was allowed)
     n_asked_                   = 0;
@@ -164,15 +164,13 @@ double decoder::draft_all() {
         const std::int32_t cap = cap_of(model_, r);
         if (!want || !r.draft || cap <= 0) continue;
         const double       t0    = now_us();
-        // Room to grow beyond the hint: a tree's drafted nodes are all it can verify, so trees draft twice the hint;
-        // a chain is the best path of a tree draft_chain() sizes to four times it.
-        const std::int32_t nodes = model_.trees() ? std::min<std::int64_t>(cap, 2 * (std::int64_t) hint) : std::min(cap, hint);
+        const std::int32_t nodes = std::min(cap, hint);
         tree = model_.trees() ? r.draft->draft(nodes) : draft_chain(*r.draft, cap, nodes, room_of(model_, r));
         const double dt = now_us() - t0;
         r.stats.t_draft_us += dt;
         t_draft += dt;
         drafting_ = true;
-        n_asked_ += nodes;
+        n_asked_ += model_.trees() ? nodes : chain_tree_nodes(nodes, room_of(model_, r));  // what was drafted
     }
     return t_draft;
 }

@@ -166,14 +166,17 @@ void online_budget::seed_from_neighbour(std::size_t c) {
     // batch grows and shrinks through the classes; each would otherwise pay for a cold probe of its own).
     for (std::size_t d = 1; d < k_classes; ++d) {
         for (const std::size_t n : {c - d, c + d}) {  // c - d wraps past 0 to a huge value: out of range, skipped
-            if (n >= k_classes || !mode_[n].measured) continue;
+            // Only a finished measurement: a neighbour in the middle of a probe has a mean of a few steps.
+            if (n >= k_classes || !mode_[n].measured || (mode_[n].steps < params_.probe_steps && mode_[n].off_left == 0)) {
+                continue;
+            }
             const mode & from = mode_[n];
             mode &       m    = mode_[c];
             m.t_plain  = from.t_plain;
             m.t_spent  = from.t_spent;
             m.n_off    = from.n_off;
-            m.steps    = params_.probe_steps;
-            m.off_left = from.t_plain < from.t_spent ? std::max(1, from.off_left) : 0;
+            m.steps    = from.steps;
+            m.off_left = from.off_left;
             m.measured = true;
             return;
         }
@@ -194,6 +197,11 @@ bool online_budget::want_draft(std::size_t n_requests) {
         m.t_plain = m.t_spent = 0;
     }
     return false;
+}
+
+std::int32_t online_budget::tree_draft_nodes() const {
+    const std::int32_t recent = *std::max_element(recent_.begin(), recent_.end());
+    return std::clamp(std::max(draft_nodes_hint(), 2 + 2 * recent), 1, std::max(1, params_.n_max));
 }
 
 std::int32_t online_budget::draft_nodes_hint() const {
@@ -374,20 +382,25 @@ void online_budget::observe_step(const step_report & r) {
     last_equal_       = r.n_equal;
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
     const double t    = r.t_pass_us;
-    if (r.n_equal > 0 && base > 0 && t > 0 && !same) {
+    const cost_est * known = find_est(r.n_rows, r.n_equal);
+    const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
+    if (r.n_equal > 0 && base > 0 && t > 0 && !same && fresh) {
         // A pass of another shape than the last pays llama.cpp's graph rebuild: what it took beyond its shape's
         // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
         rebuild_.ratios[rebuild_.n++ % k_window] = std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal));
         rebuild_.median                          = rebuild_.median_of_window();
     } else if (r.n_equal > 0 && base > 0 && t > 0) {
-        cost_est & e = est_for(r.n_rows, r.n_equal);
+        // A steady pass, or one of a shape without a fresh estimate (a forced plain step after drafting ones is
+        // always a change): its time less the learned change cost.
+        const double steady = same ? t : std::max(0.05 * t, t - rebuild_us());
+        cost_est &   e      = est_for(r.n_rows, r.n_equal);
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
-        e.ratios[e.n++ % k_window] = t / base;
+        e.ratios[e.n++ % k_window] = steady / base;
         e.at                       = n_steps_;
         e.median                   = e.median_of_window();
         // The shared ratio clamps single observations, so one preempted step cannot swing it.
         ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
-                     params_.time_ema * std::clamp(t / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+                     params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
     }
     mode & m = mode_[bucket(r.n_requests)];
     if (r.n_rows == (std::int32_t) r.n_requests) {

@@ -52,10 +52,11 @@ class online_budget final : public budget_policy {
     online_budget(cost_table table, online_budget_params params = {}, const budget_state * warm = nullptr);
 
     bool want_draft(std::size_t n_requests) override;
-    // Two more than the most nodes chosen for a request over the last k_recent steps (the decoder adds each layout's
-    // room to grow: trees draft twice the hint, chains take the best path of a tree four times it), and at least as
-    // many nodes as drafting for draft_cost_frac of a plain step buys (all of them on a large model).
+    // Two more than the most nodes chosen for a request over the last k_recent steps (chains get their room to grow
+    // from draft_chain()'s tree of four times it; trees ask tree_draft_nodes()), and at least as many nodes as
+    // drafting for draft_cost_frac of a plain step buys (all of them on a large model).
     std::int32_t draft_nodes_hint() const override;
+    std::int32_t tree_draft_nodes() const override;  // the hint with room to double: 2 + twice the recent choice
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_other_pass() override { last_rows_ = 0; }
