@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 
 namespace rest {
 
@@ -37,10 +36,7 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
     if (sane(warm->cost_ratio_all)) ratio_all_ = warm->cost_ratio_all;
     for (const auto & [rows, ratio] : warm->cost_ratio) {
         if (rows >= 1 && rows < k_rows_flat && rows <= params_.n_max + 1 && sane(ratio)) {
-            cost_est & e = est_for(rows, 1);
-            e.ratios[0]  = ratio;
-            e.n          = 1;
-            e.median     = ratio;
+            est_for(rows, 1).add(ratio);
         }
     }
     auto bounded = [&](double v, double hi) { return v > 0 && v <= hi ? v : 0.0; };
@@ -103,6 +99,11 @@ std::vector<double> online_budget::path_probabilities(const draft_tree & t) cons
 
 double online_budget::prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
     return table_.predict_batch_us(std::max<std::size_t>(n_equal, 1), n_rows, n_past);
+}
+
+void online_budget::cost_est::add(double v) {
+    ratios[n++ % k_window] = v;
+    median                 = median_of_window();
 }
 
 double online_budget::cost_est::median_of_window() const {
@@ -387,17 +388,15 @@ void online_budget::observe_step(const step_report & r) {
     if (r.n_equal > 0 && base > 0 && t > 0 && !same && fresh) {
         // A pass of another shape than the last pays llama.cpp's graph rebuild: what it took beyond its shape's
         // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
-        rebuild_.ratios[rebuild_.n++ % k_window] = std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal));
-        rebuild_.median                          = rebuild_.median_of_window();
+        rebuild_.add(std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal)));
     } else if (r.n_equal > 0 && base > 0 && t > 0) {
         // A steady pass, or one of a shape without a fresh estimate (a forced plain step after drafting ones is
         // always a change): its time less the learned change cost.
         const double steady = same ? t : std::max(0.05 * t, t - rebuild_us());
         cost_est &   e      = est_for(r.n_rows, r.n_equal);
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
-        e.ratios[e.n++ % k_window] = steady / base;
-        e.at                       = n_steps_;
-        e.median                   = e.median_of_window();
+        e.add(steady / base);
+        e.at = n_steps_;
         // The shared ratio clamps single observations, so one preempted step cannot swing it.
         ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
                      params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);

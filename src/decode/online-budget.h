@@ -107,6 +107,7 @@ class online_budget final : public budget_policy {
         std::size_t                  n = 0;  // ratios recorded (the ring holds the last k_window)
         std::int64_t                 at = 0;
         double                       median = 1.0;  // of the window, kept current by observe_step()
+        void   add(double v);  // records a measurement and updates the median
         double median_of_window() const;
     };
     static std::uint64_t shape_key(std::int32_t n_rows, std::size_t n_equal) {
