@@ -4,6 +4,7 @@
 #include "bench/bench-methods.h"
 #include "bench/bench-report.h"
 #include "bench/bench-streams.h"
+#include "bench/edit-workload.h"
 #include "commands.h"
 #include "prompts.h"
 #include "session.h"
@@ -185,6 +186,32 @@ void run_bench(const bench_args & a) {
         }
     }
 
+    // The edit workload (rest+pred methods): plain decoding's greedy output for each record's first turn, computed
+    // before the measured loop (untimed), so that the method order rotates as for every other method and an
+    // unrelated prediction can be the next record's output.
+    std::vector<std::vector<rest::token_id>> plain_outputs;
+    if (std::any_of(methods.begin(), methods.end(), [](const auto & m) { return m.has_prediction(); })) {
+        if (reference < 0) throw rest::user_error("rest+pred methods need plain in --methods (it makes their predictions)");
+        rest::sampler_params greedy;
+        greedy.temp = 0;
+        for (const auto & rec : records) {
+            const bool use_chat = (a.chat || rec.turns.size() > 1) && has_template;
+            const auto prompt   = use_chat ? tokenize_chat(s, tok.apply_chat_template(std::vector<rest::chat_message>{{"user", rec.turns[0]}}, true))
+                                           : s.tokenize_prompt(rec.turns[0]);
+            auto out = (std::int32_t) prompt.size() + 1 < s.context().n_ctx_slot()
+                           ? runners[(size_t) reference]->run(prompt, a.n_predict, greedy).tokens
+                           : std::vector<rest::token_id>{};
+            if (!out.empty() && s.model().is_eog(out.back())) out.pop_back();
+            plain_outputs.push_back(std::move(out));
+        }
+    }
+    // A method's prediction for record ri (first turns only; later turns get none).
+    auto prediction_for = [&](const bench::method_spec & m, size_t ri, size_t turn) -> std::vector<rest::token_id> {
+        if (!m.has_prediction() || turn > 0) return {};
+        if (m.pred_unrelated) return plain_outputs[(ri + 1) % plain_outputs.size()];
+        return bench::random_edits(plain_outputs[ri], m.pred_edits, s.model().info().n_vocab, (std::uint32_t) (1000 * ri + (size_t) m.pred_edits));
+    };
+
     std::vector<bench::bench_case>              cases;
     std::vector<std::vector<bench::bench_cell>> cells;
     double load_sum = 0, load_max = 0;
@@ -219,7 +246,8 @@ void run_bench(const bench_args & a) {
             const size_t off = cases.size() % methods.size();
             for (size_t k = 0; k < methods.size(); ++k) {
                 const size_t m = (off + k) % methods.size();
-                row[m].run     = runners[m]->run(prompt, a.n_predict, a.sampling);
+                const auto pred = prediction_for(methods[m], ri, turn);
+                row[m].run     = runners[m]->run(prompt, a.n_predict, a.sampling, pred);
                 row[m].ran     = true;
             }
             // The next turn continues the reference method's answer (the same for every method when lossless).

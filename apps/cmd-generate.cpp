@@ -15,6 +15,8 @@ struct generate_args {
     std::string          prompt;
     std::string          file;
     std::string          field = "prompt";
+    std::string          prediction_file;   // one predicted output for every prompt
+    std::string          prediction_field;  // or each JSON record's own
     std::int32_t         n_predict = 128;
     rest::sampler_params sampling;
     bool                 json = false;
@@ -36,6 +38,8 @@ nlohmann::json stats_json(const run_result & r, const rest::tokenizer & tok) {
     j["tokens_per_second"]  = gen_us > 0 ? (double) s.n_tokens * 1e6 / gen_us : 0.0;
     j["n_drafted"]          = s.n_drafted;
     j["n_accepted"]         = s.n_accepted;
+    j["accepted_prediction_tokens"] = s.n_prediction_accepted;
+    j["rejected_prediction_tokens"] = s.n_prediction_rejected;
     j["accept_hist"]        = s.accept_hist;
     j["budget_hist"]        = s.budget_hist;
     j["t_prefill_ms"]       = s.t_prefill_us / 1000.0;
@@ -47,12 +51,28 @@ nlohmann::json stats_json(const run_result & r, const rest::tokenizer & tok) {
     return j;
 }
 
+std::string prediction_note(const rest::generation_stats & s) {
+    if (s.n_prediction_accepted + s.n_prediction_rejected == 0) return "";
+    return ", prediction " + std::to_string(s.n_prediction_accepted) + " accepted / " +
+           std::to_string(s.n_prediction_rejected) + " rejected";
+}
+
 void run_generate(const generate_args & a) {
     if (a.prompt.empty() == a.file.empty()) {
         throw rest::user_error("give exactly one of -p TEXT or -f FILE");
     }
+    if (!a.prediction_file.empty() && !a.prediction_field.empty()) {
+        throw rest::user_error("give at most one of --prediction-file and --prediction-field");
+    }
+    if (!a.prediction_field.empty() && a.file.empty()) {
+        throw rest::user_error("--prediction-field reads the records of -f FILE; give -f");
+    }
     std::vector<prompt_record> prompts =
-        a.file.empty() ? std::vector<prompt_record>{{{a.prompt}}} : read_prompt_file(a.file, a.field);
+        a.file.empty() ? std::vector<prompt_record>{{{a.prompt}, {}}} : read_prompt_file(a.file, a.field, a.prediction_field);
+    if (!a.prediction_file.empty()) {
+        const std::string text = read_text_file(a.prediction_file);
+        for (auto & rec : prompts) rec.prediction = text;
+    }
     session_params sp = a.sp;
     sp.speculate      = !a.no_spec;
     session s(sp);
@@ -65,6 +85,7 @@ void run_generate(const generate_args & a) {
         opt.n_predict = a.n_predict;
         opt.speculate = !a.no_spec;
         opt.sampling  = a.sampling;
+        if (!rec.prediction.empty()) opt.prediction = s.tokenize_prediction(rec.prediction);
         if (!a.json) {
             opt.on_token = [&tok](rest::token_id t) {
                 const std::string piece = tok.piece(t);
@@ -92,10 +113,11 @@ void run_generate(const generate_args & a) {
     const double gen_us = total.t_total_us - total.t_prefill_us;
     std::fprintf(stderr,
                  "rest: %lld tokens in %.1f ms (%.1f tok/s), %lld forward passes, %.2f tokens/forward, "
-                 "%lld/%lld draft tokens accepted%s\n",
+                 "%lld/%lld draft tokens accepted%s%s\n",
                  (long long) total.n_tokens, gen_us / 1000.0, gen_us > 0 ? total.n_tokens * 1e6 / gen_us : 0.0,
                  (long long) total.n_forward, total.tokens_per_forward(), (long long) total.n_accepted,
-                 (long long) total.n_drafted, a.no_spec ? " (--no-spec)" : "");
+                 (long long) total.n_drafted, a.no_spec ? " (--no-spec)" : "",
+                 prediction_note(total).c_str());
 }
 
 }  // namespace
@@ -107,6 +129,9 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
     cmd->add_option("-f,--file", a->file, "Prompt file: text (one prompt), or .jsonl/.json records (see --field)");
     cmd->add_option("--field", a->field, "Dotted field of each JSONL record holding the prompt")->capture_default_str();
+    cmd->add_option("--prediction-file", a->prediction_file,
+                    "Predicted output (text the output is expected to repeat, with edits): drafts from it, output unchanged");
+    cmd->add_option("--prediction-field", a->prediction_field, "Dotted field of each JSONL record holding its predicted output");
     cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (-1: until end of generation)")->capture_default_str();
     cmd->add_option("-c,--ctx-size", a->sp.ctx.n_ctx, "Context size (0: model's, capped at 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", a->sp.ctx.n_threads, "CPU threads (0: all)")->capture_default_str();

@@ -85,7 +85,7 @@ void add_serve_command(CLI::App & root) {
         ->capture_default_str();
     cmd->add_option("--history-file", p->history_path,
                     "Online store file: loaded at start when present, saved at shutdown");
-    cmd->add_option("--history-max", p->history_tokens_max, "Online store capacity in tokens")->capture_default_str();
+    cmd->add_option("--history-max", p->history_tokens_max, "Online store capacity in tokens (0: off)")->capture_default_str();
     cmd->add_option("--queue-max", p->queue_max, "Most requests waiting for a slot (then 503)")->capture_default_str();
     cmd->add_option("--threads-http", p->n_threads_http, "HTTP worker threads (0: max(32, 4 x slots))")
         ->capture_default_str();

@@ -150,7 +150,7 @@ std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx
 
 namespace {
 
-constexpr int k_state_version = 3;
+constexpr int k_state_version = 4;  // 4: prediction source and classes
 
 std::string state_key(const std::string & key, const std::string & index_path) {
     return key + "|index " + file_identity(index_path);

@@ -36,21 +36,30 @@ std::string read_all(const std::string & path) {
     return ss.str();
 }
 
-// Follows a dotted path ("a.b"); a string gives one turn, an array of strings gives several.
-bool extract(const nlohmann::json & rec, const std::string & field, prompt_record & out) {
+// The value at a dotted path ("a.b"), or nullptr.
+const nlohmann::json * at_path(const nlohmann::json & rec, const std::string & field) {
     const nlohmann::json * cur = &rec;
     size_t                 start = 0;
     while (start <= field.size()) {
         const size_t      dot = field.find('.', start);
         const std::string key = field.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
         if (!cur->is_object() || !cur->contains(key)) {
-            return false;
+            return nullptr;
         }
         cur = &(*cur)[key];
         if (dot == std::string::npos) {
             break;
         }
         start = dot + 1;
+    }
+    return cur;
+}
+
+// A string gives one turn, an array of strings gives several.
+bool extract(const nlohmann::json & rec, const std::string & field, prompt_record & out) {
+    const nlohmann::json * cur = at_path(rec, field);
+    if (!cur) {
+        return false;
     }
     if (cur->is_string()) {
         out.turns.push_back(cur->get<std::string>());
@@ -70,18 +79,33 @@ bool extract(const nlohmann::json & rec, const std::string & field, prompt_recor
 
 }  // namespace
 
-std::vector<prompt_record> read_prompt_file(const std::string & path, const std::string & field) {
+std::string read_text_file(const std::string & path) {
+    return read_all(path);
+}
+
+std::vector<prompt_record> read_prompt_file(const std::string & path, const std::string & field,
+                                            const std::string & prediction_field) {
     const std::string text = read_all(path);
     const bool        json = path.ends_with(".jsonl") || path.ends_with(".jsonl.gz") || path.ends_with(".json");
     std::vector<prompt_record> out;
     if (!json) {
-        out.push_back({{text}});
+        if (!prediction_field.empty()) {
+            throw rest::user_error("--prediction-field needs a .jsonl or .json prompt file, not '" + path + "'");
+        }
+        out.push_back({{text}, {}});
         return out;
     }
     auto take = [&](const nlohmann::json & rec, const std::string & where) {
         prompt_record r;
         if (!extract(rec, field, r)) {
             throw rest::user_error(where + ": no string (or list of strings) at field '" + field + "'");
+        }
+        if (!prediction_field.empty()) {
+            const nlohmann::json * p = at_path(rec, prediction_field);
+            if (!p || !p->is_string()) {
+                throw rest::user_error(where + ": no string at prediction field '" + prediction_field + "'");
+            }
+            r.prediction = p->get<std::string>();
         }
         out.push_back(std::move(r));
     };

@@ -58,6 +58,12 @@ std::vector<rest::token_id> session::tokenize_prompt(const std::string & text) c
     return model_->vocab().tokenize(text, true, true);
 }
 
+std::vector<rest::token_id> session::tokenize_prediction(const std::string & text) const {
+    auto tokens = model_->vocab().tokenize(text, false, false);
+    rest::check_prediction_size(tokens.size(), ctx_->n_ctx_slot());
+    return tokens;
+}
+
 run_result session::run(std::span<const rest::token_id> prompt, const run_options & opt) {
     auto sampler = model_->new_sampler(opt.sampling);
     rest::drafter_params dp = params_.draft;
@@ -76,6 +82,7 @@ run_result session::run(std::span<const rest::token_id> prompt, const run_option
     r.draft            = drafter.get();
     r.is_eog           = [this](rest::token_id t) { return model_->is_eog(t); };
     r.on_token         = opt.on_token;
+    r.prediction       = opt.prediction;
     decoder_->run(r, prompt);
     ran_ = ran_ || opt.speculate;
     return {std::move(r.output), r.stopped, r.stats};

@@ -42,6 +42,7 @@ struct run_options {
     bool                  use_context = true;
     bool                  use_history = true;
     std::function<bool(rest::token_id)> on_token;
+    std::vector<rest::token_id> prediction;  // the predicted output, tokenized (tokenize_prediction)
 };
 
 struct run_result {
@@ -66,6 +67,9 @@ class session {
     const std::string & layout() const { return layout_; }
 
     std::vector<rest::token_id> tokenize_prompt(const std::string & text) const;
+    // A predicted output as the model would write it (no BOS, special tokens as text). Throws user_error when it
+    // holds more tokens than the context (a prediction can only be as long as an output).
+    std::vector<rest::token_id> tokenize_prediction(const std::string & text) const;
     run_result run(std::span<const rest::token_id> prompt, const run_options & opt);
     // Saves what the automatic budget learned, for the next run (nothing for fixed budgets or plain decoding).
     void save_learned() const;

@@ -2,6 +2,7 @@ rest_add_test(test-llama-adapter SOURCES test-llama-adapter.cpp LIBS rest-llama 
 rest_add_test(test-llama-verify SOURCES test-llama-verify.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-llama-sampling SOURCES test-llama-sampling.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-llama-rest-e2e SOURCES test-llama-rest-e2e.cpp LIBS rest-llama LABELS llama)
+rest_add_test(test-llama-prediction SOURCES test-llama-prediction.cpp ${PROJECT_SOURCE_DIR}/apps/bench/edit-workload.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-cli-generate SOURCES test-cli-generate.cpp LIBS rest-llama LABELS cli)
 
 # -DRESTCPP_LLAMA_DIR with a plain llama.cpp checkout (the cached pinned clone): configure, build, generate.

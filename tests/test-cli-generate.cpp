@@ -111,6 +111,54 @@ TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
     EXPECT_LT(sj["n_forward"].get<int>(), pj["n_forward"].get<int>());
 }
 
+// Predicted outputs: --prediction-file for every prompt and --prediction-field per JSONL record; the output stays
+// plain's, the counters are in --json and the summary line, and bad combinations are one-line errors.
+TEST_F(generate_cli, prediction_file_and_field_draft_without_changing_the_output) {
+    const std::string prompt = "Once upon a time";
+    const auto plain = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) + " -n 48 --no-spec --json -t 1");
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    const auto        pj   = nlohmann::json::parse(plain.out);
+    const std::string pred = dir_ + "/pred.txt";
+    std::ofstream(pred) << pj["text"].get<std::string>();
+    const auto spec = run("generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) +
+                          " -n 48 --json -t 1 --draft-fixed 8 --no-warm-start --prediction-file " + shell_quote(pred));
+    ASSERT_EQ(spec.code, 0) << spec.err;
+    const auto sj = nlohmann::json::parse(spec.out);
+    EXPECT_EQ(sj["tokens"], pj["tokens"]);
+    EXPECT_GT(sj["accepted_prediction_tokens"].get<int>(), 24);
+    EXPECT_LT(sj["n_forward"].get<int>(), pj["n_forward"].get<int>() / 3);
+    EXPECT_NE(spec.err.find("prediction "), std::string::npos) << spec.err;
+    EXPECT_EQ(pj["accepted_prediction_tokens"].get<int>(), 0);
+
+    const std::string jsonl = dir_ + "/prompts.jsonl";
+    std::ofstream(jsonl) << nlohmann::json{{"prompt", prompt}, {"expected", pj["text"]}}.dump() << "\n"
+                         << nlohmann::json{{"prompt", prompt}, {"expected", "unrelated words"}}.dump() << "\n";
+    const auto field = run("generate -m " + shell_quote(model_) + " -f " + shell_quote(jsonl) +
+                           " -n 48 --json -t 1 --draft-fixed 8 --no-warm-start --prediction-field expected");
+    ASSERT_EQ(field.code, 0) << field.err;
+    std::istringstream lines(field.out);
+    std::string        line;
+    std::vector<nlohmann::json> recs;
+    while (std::getline(lines, line)) recs.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs[0]["tokens"], pj["tokens"]);
+    EXPECT_EQ(recs[1]["tokens"], pj["tokens"]);
+    EXPECT_GT(recs[0]["accepted_prediction_tokens"].get<int>(), recs[1]["accepted_prediction_tokens"].get<int>());
+
+    const std::string m = "generate -m " + shell_quote(model_) + " -n 4 ";
+    EXPECT_TRUE(run(m + "-p hi --prediction-file /nonexistent.txt").one_line_error());
+    EXPECT_TRUE(run(m + "-p hi --prediction-field expected").one_line_error());  // needs -f
+    EXPECT_TRUE(run(m + "-f " + shell_quote(jsonl) + " --prediction-field missing").one_line_error());
+    EXPECT_TRUE(run(m + "-f " + shell_quote(jsonl) + " --prediction-field expected --prediction-file " + shell_quote(pred))
+                    .one_line_error());
+    std::string huge;
+    for (int i = 0; i < 3000; ++i) huge += " word" + std::to_string(i);
+    std::ofstream(dir_ + "/huge.txt") << huge;
+    const auto too_long = run(m + "-p hi -c 256 --prediction-file " + shell_quote(dir_ + "/huge.txt"));
+    EXPECT_TRUE(too_long.one_line_error()) << too_long.err;
+    EXPECT_NE(too_long.err.find("prediction"), std::string::npos) << too_long.err;
+}
+
 // What the automatic budget learned is saved per model, datastore and setting, read by the next run (warm start),
 // and a corrupt file in its place is ignored with a one-line warning and replaced; --no-warm-start neither reads
 // nor writes it.

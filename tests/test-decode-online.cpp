@@ -148,7 +148,7 @@ TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
     EXPECT_LT(learned.plain_us[0], learned.spent_us[0]) << "drafting did not pay";
     spec.warm = &learned;
     auto warm = make_budget_policy(spec);
-    EXPECT_FALSE(warm->want_draft(1)) << "the first step of a warm start is plain where drafting did not pay";
+    EXPECT_FALSE(warm->want_draft(1, false)) << "the first step of a warm start is plain where drafting did not pay";
 }
 
 TEST(online_budget_run, a_class_never_measured_starts_from_its_nearest_finished_neighbour) {
@@ -160,8 +160,8 @@ TEST(online_budget_run, a_class_never_measured_starts_from_its_nearest_finished_
     st.n_off    = {2};
     st.off_left = {100};
     online_budget b(k_cpu, {}, &st);
-    EXPECT_FALSE(b.want_draft(2));
-    EXPECT_FALSE(b.want_draft(4));
+    EXPECT_FALSE(b.want_draft(2, false));
+    EXPECT_FALSE(b.want_draft(4, false));
     EXPECT_TRUE(b.drafting_off(2));
     EXPECT_TRUE(b.drafting_off(3));
     // A neighbour in the middle of a probe (a mean of a few steps) is not copied: the class probes itself.
@@ -169,7 +169,7 @@ TEST(online_budget_run, a_class_never_measured_starts_from_its_nearest_finished_
     paying.plain_us = {200};
     paying.spent_us = {100};
     online_budget p(k_cpu, {}, &paying);
-    EXPECT_TRUE(p.want_draft(2));
+    EXPECT_TRUE(p.want_draft(2, false));
     EXPECT_NEAR(p.gain(2), 2.0, 1e-9) << "a finished measurement is copied";
 }
 
@@ -193,12 +193,12 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     online_budget a(k_cpu, {}, &absurd);
     const draft_tree good = chain(8, 0.9f);
     EXPECT_GT(choose_one(a, good), 0) << "an absurd drafting time from a file must not switch drafting off";
-    EXPECT_TRUE(a.want_draft(1));
+    EXPECT_TRUE(a.want_draft(1, false));
     EXPECT_DOUBLE_EQ(a.gain(1), 1.0) << "an absurd gain is not taken";
     EXPECT_NEAR(b.predict_us(1, 10), k_cpu.predict_us(1, 10), 1e-9);
     EXPECT_NEAR(b.calibrated(0.5f, 1), 0.5, 1e-9);
-    EXPECT_TRUE(b.want_draft(1));
-    EXPECT_TRUE(b.want_draft(2));
+    EXPECT_TRUE(b.want_draft(1, false));
+    EXPECT_TRUE(b.want_draft(2, false));
 }
 
 }  // namespace

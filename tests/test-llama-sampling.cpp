@@ -5,8 +5,10 @@
 //   - per seed, speculative output equals plain output (the RNG is consumed once per emitted token either way);
 //   - a chi-square two-sample test (alpha = 0.001) of first-3-token sequences, speculative vs independent plain
 //     samples, passes; and the same test catches REST's per-path resampling, which is biased towards drafts.
+// Configs 4 and 5 draft with the real drafter from the context and a wrong predicted output instead.
 #include "fake-model.h"
 #include "llama/llama-sampler.h"
+#include "rest/drafter.h"
 
 #include <cmath>
 #include <map>
@@ -55,7 +57,8 @@ class topk_drafter final : public draft_provider {
 };
 
 // Configs 0 and 1 are two sampler chains on a tree-capable model; 2 and 3 the same chains on a chains-only model
-// (the CPU default layout), where the decoder verifies each tree's best path.
+// (the CPU default layout), where the decoder verifies each tree's best path; 4 (trees) and 5 (chains) draft from
+// the context and a predicted output that is wrong.
 sampler_params params_for(int config, std::uint32_t seed) {
     sampler_params p;
     p.seed = seed;
@@ -66,15 +69,20 @@ sampler_params params_for(int config, std::uint32_t seed) {
 
 std::vector<token_id> run_decoder(int config, std::uint32_t seed, bool speculate) {
     fake_target m(k_vocab, 64, 1, 77, 1.0f);
-    m.chains_only_ = config >= 2;
+    m.chains_only_ = config == 2 || config == 3 || config == 5;
     llama_chain_sampler s(k_vocab, params_for(config, seed));
     topk_drafter d(m);
+    drafter_params dp;
+    dp.use_datastore = dp.use_history = false;
+    drafter predicted(nullptr, nullptr, dp);
+    static const std::vector<token_id> wrong = {4, 4, 3, 0, 1, 2, 2, 0, 4, 1};
     decoder dec(m, nullptr);
     request r;
     r.params.n_predict = k_len;
     r.params.n_draft_max = 16;
     r.sampler = &s;
-    r.draft = speculate ? &d : nullptr;
+    r.draft = !speculate ? nullptr : config >= 4 ? (draft_provider *) &predicted : &d;
+    if (config >= 4) r.prediction = wrong;
     const std::vector<token_id> prompt = {1, 2};
     dec.run(r, prompt);
     return r.output;
@@ -170,6 +178,6 @@ TEST_P(sampling_exactness, speculative_equals_plain_per_seed_and_in_distribution
     EXPECT_GT(s_bad, chi2_critical(df_bad)) << "the test failed to detect REST's per-path resampling bias";
 }
 
-INSTANTIATE_TEST_SUITE_P(configs, sampling_exactness, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(configs, sampling_exactness, ::testing::Values(0, 1, 2, 3, 4, 5));
 
 }  // namespace

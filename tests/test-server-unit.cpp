@@ -85,6 +85,15 @@ TEST(ServerRequest, FieldsAreRead) {
         R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"},
             {"type": "text", "text": "b"}]}, {"role": "assistant", "content": null}], "max_completion_tokens": 3})",
         api_kind::chat);
+    EXPECT_FALSE(c.has_prediction);
+    const completion_spec p = parse_completion_request(
+        R"({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content", "content":
+            [{"type": "text", "text": "def f():"}, {"type": "text", "text": "\n    pass"}]}})",
+        api_kind::chat);
+    EXPECT_TRUE(p.has_prediction);
+    EXPECT_EQ(p.prediction, "def f():\n    pass");
+    EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "prediction": {"type": "content", "content": "y"}})",
+                                       api_kind::completion).prediction, "y");
     ASSERT_EQ(c.messages.size(), 3u);
     EXPECT_EQ(c.messages[1].content, "ab");
     EXPECT_EQ(c.messages[2].content, "");
@@ -108,6 +117,13 @@ TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
         {R"({"prompt": "x", "logprobs": true})", "logprobs"},
         {R"({"prompt": "x", "logprobs": 1, "stream": true})", "logprobs"},
         {R"({"prompt": [[1], [2]]})", "prompt"},
+        {R"({"prompt": "x", "prediction": "text"})", "prediction"},
+        {R"({"prompt": "x", "prediction": {"type": "text", "content": "y"}})", "prediction.type"},
+        {R"({"prompt": "x", "prediction": {"content": "y"}})", "prediction.type"},
+        {R"({"prompt": "x", "prediction": {"type": "content"}})", "prediction.content"},
+        {R"({"prompt": "x", "prediction": {"type": "content", "content": 3}})", "prediction.content"},
+        {R"({"prompt": "x", "prediction": {"type": "content", "content": [{"type": "image_url"}]}})", "prediction.content"},
+        {R"({"prompt": "x", "prediction": {"type": "content", "content": "y", "extra": 1}})", "prediction.extra"},
     };
     for (const auto & [body, field] : cases) {
         std::string param;

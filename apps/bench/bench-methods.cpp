@@ -35,6 +35,26 @@ method_spec parse_one(const std::string & item) {
         m.type = method_spec::kind::plain;
     } else if (base == "llama-plain") {
         m.type = method_spec::kind::llama_plain;
+    } else if (base.starts_with("rest+pred")) {
+        m.type          = method_spec::kind::rest;
+        m.use_datastore = m.use_context = m.use_history = true;
+        const std::string kind = base.substr(std::string("rest+pred").size());
+        if (kind.empty()) {
+            m.pred_edits = 0;
+        } else if (kind == "-unrelated") {
+            m.pred_unrelated = true;
+        } else {
+            size_t used = 0;
+            try {
+                m.pred_edits = kind.starts_with("-e") ? std::stoi(kind.substr(2), &used) : -1;
+            } catch (const std::exception &) {
+                m.pred_edits = -1;
+            }
+            if (m.pred_edits < 0 || m.pred_edits > 128 || used + 2 != kind.size()) {
+                throw rest::user_error("method '" + item + "': expected rest+pred, rest+pred-eK (K edits per 128 "
+                                       "tokens, 0..128) or rest+pred-unrelated");
+            }
+        }
     } else if (base == "rest" || base == "rest-datastore" || base == "rest-context" || base == "rest-history") {
         m.type          = method_spec::kind::rest;
         m.use_datastore = base == "rest" || base == "rest-datastore";
@@ -44,7 +64,8 @@ method_spec parse_one(const std::string & item) {
         m.type = method_spec::kind::llama_drafter;
     } else {
         throw rest::user_error("unknown method '" + item +
-                               "' (plain, llama-plain, rest, rest-datastore, rest-context, rest-history, rest@N, "
+                               "' (plain, llama-plain, rest, rest-datastore, rest-context, rest-history, rest@N, rest+pred, rest+pred-eK, "
+                               "rest+pred-unrelated, "
                                "ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v)");
     }
     return m;
@@ -59,8 +80,8 @@ class plain_runner final : public method_runner {
   public:
     plain_runner(session & s, const method_config & cfg)
         : s_(s), ctx_(s.model().new_context(plain_context(cfg.ctx))), dec_(*ctx_, nullptr) {}
-    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
-                   const rest::sampler_params & sampling) override {
+    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
+                   std::span<const rest::token_id> prediction) override {
         std::vector<float>                   gaps;
         std::unique_ptr<rest::token_sampler> sampler;
         if (sampling.greedy()) {
@@ -108,8 +129,8 @@ class rest_runner final : public method_runner {
         }
         dec_ = std::make_unique<rest::decoder>(s.context(), policy_.get());
     }
-    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
-                   const rest::sampler_params & sampling) override {
+    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
+                   std::span<const rest::token_id> prediction) override {
         auto          sampler = s_.model().new_sampler(sampling);
         rest::drafter drafter(dp_.use_datastore ? s_.datastore() : nullptr, history_.get(), dp_);
         rest::request r;
@@ -117,6 +138,7 @@ class rest_runner final : public method_runner {
         r.params.n_draft_max = n_draft_max_;
         r.sampler            = sampler.get();
         r.draft              = &drafter;
+        r.prediction         = prediction;
         r.is_eog             = [this](rest::token_id t) { return s_.model().is_eog(t); };
         dec_->run(r, prompt);
         return finish(r);
@@ -139,8 +161,8 @@ class llama_drafter_runner final : public method_runner {
         : s_(s), n_draft_max_(cfg.n_llama_draft_max), dec_(s.context(), nullptr) {
         drafter_ = make_llama_drafter(m.name, cfg.ngram, static_cache);
     }
-    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
-                   const rest::sampler_params & sampling) override {
+    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
+                   std::span<const rest::token_id> prediction) override {
         auto          sampler = s_.model().new_sampler(sampling);
         rest::request r;
         r.params.n_predict   = n_predict;
@@ -164,8 +186,8 @@ class llama_plain_runner final : public method_runner {
     llama_plain_runner(session & s, const method_config & cfg)
         : plain_(cfg.model_path, s.context().n_ctx_slot(), cfg.n_batch,
                  cfg.n_threads > 0 ? cfg.n_threads : (std::int32_t) std::thread::hardware_concurrency()) {}
-    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
-                   const rest::sampler_params & sampling) override {
+    method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
+                   std::span<const rest::token_id> prediction) override {
         plain_result pr = plain_.run(std::vector<rest::token_id>(prompt.begin(), prompt.end()), n_predict, sampling);
         method_run   out;
         out.stats.n_prompt     = (std::int64_t) prompt.size();

@@ -7,6 +7,9 @@
 //   rest               datastore + context + past outputs, automatic budget (the cost model)
 //   rest-datastore     the datastore alone;  rest-context: the context alone;  rest-history: past outputs alone
 //   <rest method>@N    the same with a fixed budget of N draft nodes every step (REST-style; for comparisons)
+//   rest+pred          rest with a predicted output (the edit workload, edit-workload.h): plain's own greedy output
+//                      for the prompt; rest+pred-eK: with K random edits per 128 tokens; rest+pred-unrelated: the
+//                      output for another prompt (the next record's)
 //   ngram-cache        llama-lookup's drafter: static cache from the datastore's corpus + context cache
 //   ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v: llama.cpp's common_speculative types (server defaults)
 //
@@ -34,6 +37,9 @@ struct method_spec {
     bool         use_context = false;
     bool         use_history = false;
     std::int32_t n_fixed = -1;  // rest: >= 0 verifies exactly this many nodes per step
+    std::int32_t pred_edits = -1;  // rest+pred: edits per 128 tokens of the prediction (-1: no prediction)
+    bool         pred_unrelated = false;  // rest+pred-unrelated
+    bool has_prediction() const { return pred_edits >= 0 || pred_unrelated; }
 };
 
 // Parses "plain,rest,rest@8,ngram-cache,...". Throws rest::user_error naming an unknown method.
@@ -60,8 +66,9 @@ struct method_run {
 class method_runner {
   public:
     virtual ~method_runner() = default;
+    // prediction: a predicted output, used by the methods that draft from one (the others ignore it).
     virtual method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
-                           const rest::sampler_params & sampling) = 0;
+                           const rest::sampler_params & sampling, std::span<const rest::token_id> prediction = {}) = 0;
 };
 
 // static_cache is needed by ngram-cache only (may be null otherwise).

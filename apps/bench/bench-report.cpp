@@ -75,6 +75,8 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
             s.n_steps += st.n_steps;
             s.n_drafted += st.n_drafted;
             s.n_accepted += st.n_accepted;
+            s.n_prediction_accepted += st.n_prediction_accepted;
+            s.n_prediction_rejected += st.n_prediction_rejected;
             dec_us += decode_us(st);
             draft_us += st.t_draft_us;
             add_hist(s.accept_hist, st.accept_hist);
@@ -147,6 +149,16 @@ std::string markdown_table(const std::vector<method_summary> & sums, const nlohm
         o << " |\n";
     }
     o << "\n";
+    bool predicted = false;
+    for (const auto & s : sums) predicted = predicted || s.n_prediction_accepted + s.n_prediction_rejected > 0;
+    if (predicted) {
+        o << "| method | prediction tokens accepted | rejected |\n|---|---:|---:|\n";
+        for (const auto & s : sums) {
+            if (s.n_prediction_accepted + s.n_prediction_rejected == 0) continue;
+            o << "| " << s.name << " | " << s.n_prediction_accepted << " | " << s.n_prediction_rejected << " |\n";
+        }
+        o << "\n";
+    }
     o << "M: generated tokens / target forward passes, the prompt's included. Speedup: plain's decode ms/token over "
          "the method's, per prompt. output = plain: prompts whose greedy output equals plain's token for token (a "
          "near-tie: the first difference is where plain's top two logits are within 0.01, float rounding of batched "
@@ -171,6 +183,8 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
         x["n_steps"]             = s.n_steps;
         x["n_drafted"]           = s.n_drafted;
         x["n_accepted"]          = s.n_accepted;
+        x["accepted_prediction_tokens"] = s.n_prediction_accepted;
+        x["rejected_prediction_tokens"] = s.n_prediction_rejected;
         x["M"]                   = num(s.M);
         x["M_prompt_mean"]       = num(s.M_prompt_mean);
         x["ms_per_token_median"] = num(s.ms_per_token);

@@ -130,6 +130,7 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     s.req.params.n_predict = in.n_predict;
     s.req.params.n_draft_max = speculate ? cap : 0;
     s.req.n_logprobs         = in.n_logprobs;
+    s.req.prediction         = in.prediction;  // the job (and so its input) lives as long as the slot holds it
     s.req.sampler          = s.sampler.get();
     s.req.draft            = s.drafter.get();
     s.req.is_eog           = [this](rest::token_id t) { return model_.is_eog(t); };

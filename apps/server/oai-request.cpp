@@ -171,20 +171,16 @@ void parse_prompt(const json & body, completion_spec & spec) {
     }
 }
 
-std::string message_content(const json & msg, size_t i) {
-    const std::string field = "messages[" + std::to_string(i) + "].content";
-    const auto        it    = msg.find("content");
-    if (it == msg.end() || it->is_null()) {
-        return "";
+// OpenAI's content: a string, or an array of text parts (their texts joined).
+std::string text_content(const json & v, const std::string & field) {
+    if (v.is_string()) {
+        return v.get<std::string>();
     }
-    if (it->is_string()) {
-        return it->get<std::string>();
-    }
-    if (!it->is_array()) {
-        wrong_type(field, "a string or an array of content parts", *it);
+    if (!v.is_array()) {
+        wrong_type(field, "a string or an array of content parts", v);
     }
     std::string text;
-    for (const auto & part : *it) {
+    for (const auto & part : v) {
         if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
             throw bad_request("'" + field + "' parts must be {\"type\": \"text\", \"text\": string}; other part types "
@@ -193,6 +189,41 @@ std::string message_content(const json & msg, size_t i) {
         text += part["text"].get<std::string>();
     }
     return text;
+}
+
+std::string message_content(const json & msg, size_t i) {
+    const auto it = msg.find("content");
+    if (it == msg.end() || it->is_null()) {
+        return "";
+    }
+    return text_content(*it, "messages[" + std::to_string(i) + "].content");
+}
+
+// OpenAI's predicted outputs: {"type": "content", "content": string or text parts}.
+void parse_prediction(const json & body, completion_spec & spec) {
+    const json * v = find(body, "prediction");
+    if (!v || v->is_null()) {
+        return;
+    }
+    if (!v->is_object()) {
+        wrong_type("prediction", "an object {\"type\": \"content\", \"content\": ...}", *v);
+    }
+    for (const auto & [k, _] : v->items()) {
+        if (k != "type" && k != "content") {
+            throw bad_request("Unrecognized request argument supplied: prediction." + k, "prediction." + k,
+                              "unrecognized_argument");
+        }
+    }
+    const auto type = v->find("type");
+    if (type == v->end() || *type != "content") {
+        throw bad_request("'prediction.type' must be \"content\"", "prediction.type");
+    }
+    const auto content = v->find("content");
+    if (content == v->end()) {
+        throw bad_request("'prediction.content' is required", "prediction.content");
+    }
+    spec.prediction     = text_content(*content, "prediction.content");
+    spec.has_prediction = true;
 }
 
 void parse_messages(const json & body, completion_spec & spec) {
@@ -248,7 +279,7 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
         "stream_options", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n", "user",
-        "logit_bias", "logprobs", "speculate", "draft_max", "return_tokens"};
+        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens"};
     static const std::set<std::string> completion_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {
         "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
@@ -348,6 +379,7 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
         throw bad_request("'logprobs' is not supported with stream: log probabilities are returned whole",
                           "logprobs", "unsupported_parameter");
     }
+    parse_prediction(body, spec);
     spec.speculate     = get_bool(body, "speculate", true);
     spec.draft_max     = (std::int32_t) get_int(body, "draft_max", -1, 0, 256);
     spec.return_tokens = get_bool(body, "return_tokens", false);

@@ -37,6 +37,9 @@ struct completion_spec {
     // Log probabilities of the completion's tokens with this many alternatives each (-1: none). Completions:
     // `logprobs` (0-20); chat: `logprobs: true` with `top_logprobs` (0-20). Not with stream.
     std::int32_t             logprobs      = -1;
+    // OpenAI's predicted output (`prediction: {"type": "content", "content": ...}`): its text, parts joined.
+    std::string              prediction;
+    bool                     has_prediction = false;
 
     // rest.cpp extensions
     bool         speculate     = true;   // false: plain decoding for this request

@@ -27,9 +27,14 @@ json error_json(const api_error & e) {
 }
 
 json usage_json(const job_output & out) {
+    // OpenAI's predicted-output counters: draft tokens from the prediction that verification accepted / rejected.
+    const json details = {{"reasoning_tokens", 0},
+                          {"accepted_prediction_tokens", out.stats.n_prediction_accepted},
+                          {"rejected_prediction_tokens", out.stats.n_prediction_rejected}};
     return json{{"prompt_tokens", out.n_prompt},
                 {"completion_tokens", out.n_completion},
-                {"total_tokens", out.n_prompt + out.n_completion}};
+                {"total_tokens", out.n_prompt + out.n_completion},
+                {"completion_tokens_details", details}};
 }
 
 json rest_json(const job_output & out, bool return_tokens) {

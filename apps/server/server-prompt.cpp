@@ -43,6 +43,15 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
                               std::to_string(spec.max_tokens) + " for the completion).",
                           "max_tokens", "context_length_exceeded");
     }
+    if (spec.has_prediction) {
+        in.prediction = tok.tokenize(spec.prediction, false, false);
+        if ((std::int64_t) in.prediction.size() > lim.n_ctx_slot) {
+            throw bad_request("'prediction.content' has " + std::to_string(in.prediction.size()) +
+                                  " tokens, but this model's context holds " + std::to_string(lim.n_ctx_slot) +
+                                  " tokens per slot",
+                              "prediction.content", "context_length_exceeded");
+        }
+    }
     in.n_predict   = spec.max_tokens >= 0 ? spec.max_tokens : lim.n_predict_default;
     in.sampling    = spec.sampling;
     in.stop        = spec.stop;

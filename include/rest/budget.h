@@ -38,6 +38,7 @@ struct step_report {
     std::int64_t n_tokens = 0;    // tokens the step emitted, over all requests
     bool         drafted = false; // some request drafted (want_draft() said yes and a request had a drafter)
     std::int32_t n_asked = 0;     // draft nodes asked of the drafters, over all requests
+    bool         predicted = false;  // some request of the pass has a predicted output
 };
 
 // What a policy has learned, to persist between processes (warm start). Plain data; the front end stores it as
@@ -47,13 +48,14 @@ struct budget_state {
         double n = 0;         // verified draft nodes whose parent was accepted
         double accepted = 0;  // of which accepted
     };
-    std::vector<bin> acceptance;  // [source mask (0..7) * bins_per_source + score bin]
+    std::vector<bin> acceptance;  // [source mask (0..15) * bins_per_source + score bin]
     // Measured / start-up-table time of one request's pass of `rows` rows, for the row counts observed.
     std::vector<std::pair<std::int32_t, double>> cost_ratio;
     double cost_ratio_all = 1.0;  // the same over every shape
     double t_draft_us = 0;        // drafting time per step
     double t_draft_node_us = 0;   // ... per node asked for
-    // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests), of drafting steps: the realised gain's two sides
+    // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests; then the same for passes with a prediction), of
+    // drafting steps: the realised gain's two sides
     // (EMAs per step of what plain decoding would have taken for the tokens emitted, and of the time taken; 0:
     // never measured), the back-off level of the probes, and the plain steps left before the next probe.
     std::vector<double>       plain_us;
@@ -65,10 +67,11 @@ struct budget_state {
 class budget_policy {
   public:
     virtual ~budget_policy() = default;
-    // Whether to draft this step, for a pass over n_requests requests (a policy switches drafting off where it
-    // does not pay, and probes again at a bounded rate).
-    virtual bool want_draft(std::size_t n_requests) {
+    // Whether to draft this step, for a pass over n_requests requests, some with a predicted output or not (a
+    // policy switches drafting off where it does not pay, and probes again at a bounded rate).
+    virtual bool want_draft(std::size_t n_requests, bool predicted) {
         (void) n_requests;
+        (void) predicted;
         return true;
     }
     // Most nodes the policy is likely to verify per request this step, so that drafting can size its work to it
@@ -87,6 +90,9 @@ class budget_policy {
     virtual std::int32_t choose_equal(std::span<const budget_query> queries);
     // A forward pass the policy did not choose (prompt processing): the next step's shape counts as a change.
     virtual void observe_other_pass() {}
+    // A request starts; predicted: it has a predicted output. Each prediction is a workload of its own (an exact one
+    // pays at any length, an unrelated one never), so what an earlier one showed must not switch the next one off.
+    virtual void observe_request(bool predicted) { (void) predicted; }
     // CPU threads for a forward pass of n_rows rows over n_requests requests (0: the context's own).
     virtual std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const {
         (void) n_rows;

@@ -37,6 +37,10 @@ struct generation_stats {
     std::int64_t n_steps = 0;       // verification steps (forward passes after the prompt)
     std::int64_t n_drafted = 0;     // draft nodes verified
     std::int64_t n_accepted = 0;    // draft nodes accepted
+    // Draft nodes from the request's prediction that were verified and accepted / rejected (OpenAI's
+    // accepted_prediction_tokens / rejected_prediction_tokens). A node other sources proposed too counts here.
+    std::int64_t n_prediction_accepted = 0;
+    std::int64_t n_prediction_rejected = 0;
     std::vector<std::int64_t> accept_hist;  // [k] = steps that accepted k draft tokens
     std::vector<std::int64_t> budget_hist;  // [n] = steps that verified n draft nodes
     double t_prefill_us = 0;
@@ -62,6 +66,9 @@ struct request {
     request_params      params;
     token_sampler *     sampler = nullptr;  // required
     draft_provider *    draft = nullptr;    // optional: null means plain decoding
+    // A text the output is expected to repeat with edits (OpenAI's predicted outputs), tokenized; handed to the
+    // drafter at start(). It changes only what is drafted, never the output.
+    std::span<const token_id> prediction;
     std::function<bool(token_id)> is_eog;   // required when params.stop_at_eog
     // Called once per emitted token, in order; returning false stops the request (stop_reason::stop).
     std::function<bool(token_id)> on_token;
@@ -81,13 +88,16 @@ struct request {
     token_id root = 0;  // last emitted token, not yet in the KV memory
 };
 
+// A prediction can be at most as long as an output can (the context); throws user_error otherwise.
+void check_prediction_size(std::size_t n_tokens, std::int32_t n_ctx_slot);
+
 class decoder {
   public:
     // policy may be null (then each request verifies min(n_draft_max, tree size) nodes). Both must outlive this.
     decoder(target_model & model, budget_policy * policy);
 
     // Clears the request's slot, processes the prompt (all but its last token) and readies the first step.
-    // Throws user_error when the prompt is empty or does not fit.
+    // Throws user_error when the prompt is empty or does not fit, or the prediction is longer than the context.
     void start(request & r, std::span<const token_id> prompt);
     // One forward pass for all given requests that are not done (their slots must differ).
     void step(std::span<request * const> requests);
@@ -120,6 +130,7 @@ class decoder {
     std::vector<std::int32_t> path_;
     std::vector<token_id>     emitted_;
     bool                      drafting_   = false;  // some request drafted this step
+    bool                      predicted_  = false;  // some live request has a prediction
     std::int32_t              n_asked_    = 0;      // draft nodes asked for this step, over all requests
     bool                      equal_rows_ = false;  // this step's chains must all verify the same count
     std::int32_t              rows_       = 0;      // rows of this step's forward pass

@@ -17,6 +17,10 @@ class draft_provider {
     virtual void reset(std::span<const token_id> prompt) = 0;
     // Appends emitted tokens to the context.
     virtual void accept(std::span<const token_id> tokens) = 0;
+    // A text the output is expected to repeat, with edits (after reset(), which clears it; empty: none). Providers
+    // without such a source ignore it.
+    virtual void set_prediction(std::span<const token_id> prediction) { (void) prediction; }
+    virtual bool has_prediction() const { return false; }
     // Best-first tree of at most n_budget nodes continuing the context (every prefix is a valid tree).
     virtual draft_tree draft(int n_budget) = 0;
     // Ends the request.

@@ -26,6 +26,7 @@ enum class draft_source : std::uint8_t {
     datastore = 1,
     context   = 2,
     history   = 4,
+    prediction = 8,  // the request's predicted output (OpenAI's `prediction`)
 };
 
 struct draft_tree {
@@ -54,7 +55,7 @@ struct draft_tree {
 };
 
 // Renders the tree depth-first, one node per line: indentation by depth, then "#index 'piece' score [sources]"
-// (sources as d/c/h). piece(t) gives a token's display text; for CLIs (`rest index query --tree`) and debugging.
+// (sources as d/c/h/p). piece(t) gives a token's display text; for CLIs (`rest index query --tree`) and debugging.
 std::string format_draft_tree(const draft_tree & tree, const std::function<std::string(token_id)> & piece);
 
 }  // namespace rest

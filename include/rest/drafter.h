@@ -5,7 +5,8 @@
 //
 // Sources (each optional): the datastore (longest context suffix of n_match_min..n_match_max tokens found in the
 // suffix arrays of all shards, counts summed), the context (the same suffix inside prompt + output so far) and
-// the history store (earlier outputs; the drafter searches the snapshot taken at reset()). Each proposes its own
+// the history store (earlier outputs; the drafter searches the snapshot taken at reset()), and per request a
+// prediction (a text the output is expected to repeat with edits: set_prediction()). Each proposes its own
 // best nodes by exact continuation counts; they are merged into one trie and the best n_budget nodes are returned
 // best-first (src/draft/tree-expand.h and tree-merge.h give the exact order).
 #pragma once
@@ -32,6 +33,7 @@ struct drafter_params {
     bool use_datastore = true;
     bool use_context   = true;  // prompt + generated tokens so far (prompt-lookup, as a counted tree)
     bool use_history   = true;  // past outputs of earlier requests
+    int  n_match_max_prediction = 32;  // longest output suffix aligned with a request's prediction (set_prediction)
 
     // Scores: a node's score is the product along its path of count(child) / (count(parent) + alpha), times its
     // source's weight; merged nodes take the largest. alpha > 0 discounts evidence from few occurrences (a single
@@ -60,6 +62,8 @@ struct draft_stats {
     int           n_nodes_datastore = 0;      // nodes of the returned tree each source proposed
     int           n_nodes_context   = 0;
     int           n_nodes_history   = 0;
+    int           n_nodes_prediction = 0;
+    int           match_len_prediction = 0;   // the prediction's alignment (src/draft/prediction-source.h)
     double        t_draft_us = 0;             // time spent in draft() (incl. update of the match state)
 
     std::uint64_t match_count_context = 0;    // occurrences of the context match (after n_context_occ_max)
@@ -83,6 +87,9 @@ class drafter final : public draft_provider {
     void reset(std::span<const token_id> prompt) override;
     // Appends emitted tokens to the context (incremental: match state is updated, not recomputed).
     void accept(std::span<const token_id> tokens) override;
+    // The request's predicted output: one more source, a chain from where the output is aligned with it.
+    void set_prediction(std::span<const token_id> prediction) override;
+    bool has_prediction() const override;
     // Builds the best-first tree of at most n_budget nodes (<= params.n_budget_max) continuing the context.
     draft_tree draft(int n_budget) override { return draft(n_budget, nullptr); }
     draft_tree draft(int n_budget, draft_stats * stats);

@@ -32,6 +32,16 @@ std::int32_t find_child(const draft_tree & tree, std::int32_t node, token_id t) 
     return -1;
 }
 
+// Adds the verified nodes [0, n_real) of tree that came from the prediction to its accepted / rejected counts.
+void count_prediction(generation_stats & st, const draft_tree & tree, std::int32_t n_real, std::span<const std::int32_t> path) {
+    const auto from_prediction = [&](std::int32_t i) { return (tree.sources[(size_t) i] & (std::uint8_t) draft_source::prediction) != 0; };
+    std::int64_t verified = 0, accepted = 0;
+    for (std::int32_t i = 0; i < n_real; ++i) verified += from_prediction(i);
+    for (const std::int32_t v : path) accepted += v < n_real && from_prediction(v);
+    st.n_prediction_accepted += accepted;
+    st.n_prediction_rejected += verified - accepted;
+}
+
 }  // namespace
 
 const char * stop_reason_name(stop_reason r) {
@@ -53,6 +63,8 @@ void generation_stats::add(const generation_stats & o) {
     n_steps += o.n_steps;
     n_drafted += o.n_drafted;
     n_accepted += o.n_accepted;
+    n_prediction_accepted += o.n_prediction_accepted;
+    n_prediction_rejected += o.n_prediction_rejected;
     for (size_t k = 0; k < o.accept_hist.size(); ++k) {
         if (accept_hist.size() <= k) accept_hist.resize(k + 1, 0);
         accept_hist[k] += o.accept_hist[k];
@@ -70,10 +82,18 @@ void generation_stats::add(const generation_stats & o) {
 
 decoder::decoder(target_model & model, budget_policy * policy) : model_(model), policy_(policy) {}
 
+void check_prediction_size(std::size_t n_tokens, std::int32_t n_ctx_slot) {
+    if ((std::int64_t) n_tokens > (std::int64_t) n_ctx_slot) {
+        throw user_error("the prediction has " + std::to_string(n_tokens) + " tokens, but the context holds " +
+                         std::to_string(n_ctx_slot) + " per slot");
+    }
+}
+
 void decoder::start(request & r, std::span<const token_id> prompt) {
     if (prompt.empty()) {
         throw user_error("the prompt is empty (no tokens)");
     }
+    check_prediction_size(r.prediction.size(), model_.n_ctx_slot());
     if (!r.sampler) {
         throw std::invalid_argument("decoder::start: request has no sampler");
     }
@@ -97,6 +117,10 @@ void decoder::start(request & r, std::span<const token_id> prompt) {
     r.root           = prompt.back();
     if (r.draft) {
         r.draft->reset(prompt);
+        r.draft->set_prediction(r.prediction);
+    }
+    if (policy_) {
+        policy_->observe_request(r.draft && r.draft->has_prediction());
     }
     if (r.params.n_predict == 0) {
         r.stopped = stop_reason::length;
@@ -152,7 +176,8 @@ std::int32_t cap_of(const target_model & m, const request & r) { return std::min
 double decoder::draft_all() {
     // Unless the policy has found that drafts do not pay lately. Drafting sizes its work to what the policy may
     // choose: a tree for the nodes it chose lately (plus room to grow) costs less than one for the whole cap.
-    const bool         want  = !policy_ || policy_->want_draft(live_.size());
+    predicted_ = std::any_of(live_.begin(), live_.end(), [](const request * r) { return r->draft && r->draft->has_prediction(); });
+    const bool         want  = !policy_ || policy_->want_draft(live_.size(), predicted_);
     const std::int32_t hint  = !policy_ ? INT32_MAX : model_.trees() ? policy_->tree_draft_nodes() : policy_->draft_nodes_hint();
     double             t_draft = 0;
     drafting_                  = false;  // a request drafted this step (not merely: drafting was allowed)
@@ -324,6 +349,7 @@ std::int64_t decoder::walk() {
         r.stats.n_drafted += (std::int64_t) n_real_[i];
         // Padding follows the real nodes of a chain, so the accepted real nodes are a prefix of the path.
         r.stats.n_accepted += std::min<std::int64_t>((std::int64_t) path_.size(), n_real_[i]);
+        count_prediction(r.stats, tree, n_real_[i], path_);
         bump(r.stats.accept_hist, path_.size());
         bump(r.stats.budget_hist, tree.size());
         r.stats.t_sample_us += now_us() - t0;
@@ -360,6 +386,7 @@ void decoder::step(std::span<request * const> requests) {
         rep.n_tokens   = n_tokens;
         rep.drafted    = drafting_;
         rep.n_asked    = n_asked_;
+        rep.predicted  = predicted_;
         policy_->observe_step(rep);
     }
     for (request * r : live_) {

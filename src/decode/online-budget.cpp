@@ -15,7 +15,7 @@ double conditional_score(const draft_tree & t, std::size_t i) {
     return t.scores[p] > 0 ? s / t.scores[p] : 0.0;
 }
 
-constexpr std::size_t k_masks = 8;  // source masks: datastore | context | history
+constexpr std::size_t k_masks = 16;  // source masks: datastore | context | history | prediction
 
 }  // namespace
 
@@ -46,7 +46,7 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
         const double plain = c < warm->plain_us.size() ? warm->plain_us[c] : 0;
         const double spent = c < warm->spent_us.size() ? warm->spent_us[c] : 0;
         // Both sides are EMAs of a step's time: within a range of plain steps, and a gain within [0.1, 10].
-        const double hi = 1e3 * t_plain * (double) (1u << c);
+        const double hi = 1e3 * t_plain * (double) (1u << (c % k_sizes));
         if (!(plain > 0) || !(spent > 0) || plain > hi || spent > hi || plain > 10 * spent || spent > 10 * plain) continue;
         mode & m  = mode_[c];
         m.n_off   = c < warm->n_off.size() ? std::clamp(warm->n_off[c], 0, 16) : 0;
@@ -62,15 +62,16 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
     }
 }
 
-std::size_t online_budget::bucket(std::size_t n_requests) {
-    return std::min<std::size_t>(k_classes - 1, (std::size_t) std::bit_width(std::max<std::size_t>(n_requests, 1) - 1));
+std::size_t online_budget::bucket(std::size_t n_requests, bool predicted) {
+    const auto by_size = std::min<std::size_t>(k_sizes - 1, (std::size_t) std::bit_width(std::max<std::size_t>(n_requests, 1) - 1));
+    return by_size + (predicted ? k_sizes : 0);
 }
 
 // --- estimates -------------------------------------------------------------------------------------------------
 
 const budget_state::bin & online_budget::bin_of(float conditional, std::uint8_t sources) const {
     const double s = std::clamp((double) conditional, 0.0, 1.0);
-    return acceptance_[(sources & 7) * k_bins + std::min(k_bins - 1, (int) (s * k_bins))];
+    return acceptance_[(sources & (k_masks - 1)) * k_bins + std::min(k_bins - 1, (int) (s * k_bins))];
 }
 
 budget_state::bin & online_budget::bin_of(float conditional, std::uint8_t sources) {
@@ -155,8 +156,8 @@ double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past,
     return step_us(n_rows, n_past, n_equal) + t_draft_us_;
 }
 
-double online_budget::gain(std::size_t n_requests) const {
-    const mode & m = mode_[bucket(n_requests)];
+double online_budget::gain(std::size_t n_requests, bool predicted) const {
+    const mode & m = mode_[bucket(n_requests, predicted)];
     return m.t_spent > 0 ? m.t_plain / m.t_spent : 1.0;
 }
 
@@ -165,10 +166,12 @@ double online_budget::gain(std::size_t n_requests) const {
 void online_budget::seed_from_neighbour(std::size_t c) {
     // A batch-size class with no measurement of its own starts from the nearest class that has one (a server's
     // batch grows and shrinks through the classes; each would otherwise pay for a cold probe of its own).
-    for (std::size_t d = 1; d < k_classes; ++d) {
+    // Neighbours are of the same kind (passes with a prediction or without): their gains are different things.
+    const std::size_t lo = c < k_sizes ? 0 : k_sizes, hi = lo + k_sizes;
+    for (std::size_t d = 1; d < k_sizes; ++d) {
         for (const std::size_t n : {c - d, c + d}) {  // c - d wraps past 0 to a huge value: out of range, skipped
             // Only a finished measurement: a neighbour in the middle of a probe has a mean of a few steps.
-            if (n >= k_classes || !mode_[n].measured || (mode_[n].steps < params_.probe_steps && mode_[n].off_left == 0)) {
+            if (n < lo || n >= hi || !mode_[n].measured || (mode_[n].steps < params_.probe_steps && mode_[n].off_left == 0)) {
                 continue;
             }
             const mode & from = mode_[n];
@@ -184,8 +187,8 @@ void online_budget::seed_from_neighbour(std::size_t c) {
     }
 }
 
-bool online_budget::want_draft(std::size_t n_requests) {
-    const std::size_t c = bucket(n_requests);
+bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
+    const std::size_t c = bucket(n_requests, predicted);
     if (!mode_[c].measured) seed_from_neighbour(c);
     mode & m = mode_[c];
     if (m.off_left == 0) {
@@ -198,6 +201,18 @@ bool online_budget::want_draft(std::size_t n_requests) {
         m.t_plain = m.t_spent = 0;
     }
     return false;
+}
+
+void online_budget::observe_request(bool predicted) {
+    if (!predicted) return;
+    for (std::size_t c = k_sizes; c < k_classes; ++c) {
+        mode & m = mode_[c];
+        if (m.off_left > 0) {
+            m.off_left = 0;  // a probe: measure this prediction's gain (the back-off level stays)
+            m.steps    = 0;
+            m.t_plain = m.t_spent = 0;
+        }
+    }
 }
 
 std::int32_t online_budget::tree_draft_nodes() const {
@@ -354,7 +369,7 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
 }
 
 void online_budget::update_gain(const step_report & r) {
-    mode & m = mode_[bucket(r.n_requests)];
+    mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
     // per request. Predicted from the plain steps' own measurements (steps without drafts are plain passes).
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
@@ -401,7 +416,7 @@ void online_budget::observe_step(const step_report & r) {
         ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
                      params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
     }
-    mode & m = mode_[bucket(r.n_requests)];
+    mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
     } else {

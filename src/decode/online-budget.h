@@ -8,7 +8,7 @@
 //    start-up table, which is only the prior; an estimate not re-measured fades back to the ratio shared by all
 //    shapes, so one stale reading cannot keep a length switched off; and what a change of shape adds (llama.cpp
 //    rebuilds its graph), learned from the passes that changed it;
-//  - gain: per batch-size class, the time plain decoding would have taken for the tokens drafting steps emitted,
+//  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included). This is the check the others answer to: the per-step choice
 //    maximises the first two's expected rate, and where the realised gain stays below 1 drafting is switched off
 //    and probed again after 32, 64, ... off_max plain steps.
@@ -51,7 +51,7 @@ class online_budget final : public budget_policy {
   public:
     online_budget(cost_table table, online_budget_params params = {}, const budget_state * warm = nullptr);
 
-    bool want_draft(std::size_t n_requests) override;
+    bool want_draft(std::size_t n_requests, bool predicted) override;
     // Two more than the most nodes chosen for a request over the last k_recent steps (chains get their room to grow
     // from draft_chain()'s tree of four times it; trees ask tree_draft_nodes()), and at least as many nodes as
     // drafting for draft_cost_frac of a plain step buys (all of them on a large model).
@@ -60,6 +60,7 @@ class online_budget final : public budget_policy {
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_other_pass() override { last_rows_ = 0; }
+    void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
     }
@@ -77,9 +78,11 @@ class online_budget final : public budget_policy {
     // The same plus the graph rebuild if the shape differs from the last pass.
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
     // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
-    double gain(std::size_t n_requests) const;
+    double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting is switched off for batches of n_requests now.
-    bool   drafting_off(std::size_t n_requests) const { return mode_[bucket(n_requests)].off_left > 0; }
+    bool   drafting_off(std::size_t n_requests, bool predicted = false) const {
+        return mode_[bucket(n_requests, predicted)].off_left > 0;
+    }
     const cost_table & table() const { return table_; }
 
     static constexpr int k_bins = 10;  // score bins per source mask
@@ -97,8 +100,11 @@ class online_budget final : public budget_policy {
         bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
     };
     void seed_from_neighbour(std::size_t c);
-    static constexpr std::size_t k_classes = 6;  // 1, 2, 3-4, 5-8, 9-16, 17+ requests
-    static std::size_t bucket(std::size_t n_requests);
+    // By batch size (1, 2, 3-4, 5-8, 9-16, 17+ requests), and whether a request of the pass has a prediction (its
+    // drafts pay where the others may not: a class switched off for ordinary requests must not block them).
+    static constexpr std::size_t k_sizes   = 6;
+    static constexpr std::size_t k_classes = 2 * k_sizes;
+    static std::size_t bucket(std::size_t n_requests, bool predicted);
     // A cost estimate: the median of the last k_window measured / prior times (robust to a preempted step, and
     // caught up with a change of machine load within k_window / 2 + 1 passes), and the step it was measured at.
     static constexpr std::size_t k_window = 5;

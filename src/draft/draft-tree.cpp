@@ -128,8 +128,8 @@ std::string format_draft_tree(const draft_tree & tree, const std::function<std::
         std::snprintf(head, sizeof(head), "#%zu ", i);
         out += std::string(2 * static_cast<std::size_t>(tree.depths[i] - 1), ' ') + head + "'" + piece(tree.tokens[i]) + "'";
         char tail[64];
-        std::snprintf(tail, sizeof(tail), " %.3f [%s%s%s]\n", tree.scores[i], (tree.sources[i] & 1) ? "d" : "",
-                      (tree.sources[i] & 2) ? "c" : "", (tree.sources[i] & 4) ? "h" : "");
+        std::snprintf(tail, sizeof(tail), " %.3f [%s%s%s%s]\n", tree.scores[i], (tree.sources[i] & 1) ? "d" : "",
+                      (tree.sources[i] & 2) ? "c" : "", (tree.sources[i] & 4) ? "h" : "", (tree.sources[i] & 8) ? "p" : "");
         out += tail;
         const auto & ch = children[i + 1];
         stack.insert(stack.end(), ch.rbegin(), ch.rend());

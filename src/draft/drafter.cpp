@@ -2,6 +2,7 @@
 
 #include "context-matcher.h"
 #include "expand-cache.h"
+#include "prediction-source.h"
 #include "sa-search.h"
 #include "tree-expand.h"
 #include "tree-merge.h"
@@ -96,9 +97,12 @@ struct drafter::impl {
     std::vector<token_id>                   rows;
     merge_buffers                           merge_buf;
     draft_stats                             last;
+    prediction_source                       pred;
+    cand_tree                               t_pred;
 
     impl(const datastore * d, history_store * h, const drafter_params & params) :
-        ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max, params.use_context) {}
+        ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max, params.use_context),
+        pred(params.n_match_max_prediction) {}
 };
 
 drafter::drafter(const datastore * ds, history_store * history, drafter_params params) {
@@ -133,11 +137,21 @@ void drafter::reset(std::span<const token_id> prompt) {
     if (!same) {
         d.cache_hist.clear();  // another snapshot: its ranges mean other things
     }
+    d.pred.reset({});
     d.last = draft_stats{};
 }
 
 void drafter::accept(std::span<const token_id> tokens) {
     impl_->ctx.append(tokens);
+    impl_->pred.append(tokens);
+}
+
+void drafter::set_prediction(std::span<const token_id> prediction) {
+    impl_->pred.reset(prediction);
+}
+
+bool drafter::has_prediction() const {
+    return impl_->pred.active();
 }
 
 draft_tree drafter::draft(int n_budget, draft_stats * stats) {
@@ -193,10 +207,18 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         st.match_count_history = t_hist->root_count;
     }
 
+    static const cand_tree no_prediction;
+    const cand_tree *      t_pred = &no_prediction;
+    if (d.pred.active()) {
+        t_pred                  = &d.pred.draft(ep.n_top, d.t_pred);
+        st.match_len_prediction = d.pred.match_len();
+    }
+
     const weighted_source srcs[] = {
         {t_ds, draft_source::datastore},
         {t_ctx, draft_source::context},
         {t_hist, draft_source::history},
+        {t_pred, draft_source::prediction},
     };
     draft_tree tree = merge_trees(srcs, ep.n_top, &d.merge_buf);
 
@@ -204,6 +226,7 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         st.n_nodes_datastore += (m & static_cast<std::uint8_t>(draft_source::datastore)) != 0;
         st.n_nodes_context += (m & static_cast<std::uint8_t>(draft_source::context)) != 0;
         st.n_nodes_history += (m & static_cast<std::uint8_t>(draft_source::history)) != 0;
+        st.n_nodes_prediction += (m & static_cast<std::uint8_t>(draft_source::prediction)) != 0;
     }
     st.n_probes    = t_ds->n_probes + t_hist->n_probes;
     st.cut         = t_ds->cut || t_hist->cut;

@@ -141,10 +141,10 @@ void history_store::add(std::span<const token_id> doc) {
             throw std::invalid_argument("history_store::add: negative token " + std::to_string(t));
         }
     }
-    if (doc.empty()) {
-        return;
+    const std::uint64_t cap = params_.n_tokens_max;
+    if (doc.empty() || cap == 0) {
+        return;  // a store of capacity 0 is off
     }
-    const std::uint64_t cap     = params_.n_tokens_max;
     const std::uint64_t seg_max = std::max<std::uint64_t>(1, cap / 4);
     if (doc.size() > cap) {
         doc = doc.last(cap);

@@ -2,6 +2,77 @@
 const assert = require('node:assert/strict');
 const mod = require(require.resolve('openai', { paths: [process.env.OPENAI_PREFIX] }));
 const OpenAI = mod.OpenAI || mod.default || mod;
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+// What `rest generate --json` reports for a completion with this prediction, with the server's settings.
+function generateCounters(prompt, maxTokens, prediction) {
+    const file = path.join(process.env.REST_TMP, 'openai-client-prediction.txt');
+    fs.writeFileSync(file, prediction);
+    const out = execFileSync(process.env.REST_CLI, [
+        'generate', '-m', process.env.REST_MODEL, '-p', prompt, '-n', String(maxTokens), '--temp', '0', '-t', '1',
+        '--draft-fixed', '4', '--prediction-file', file, '--json', '--no-warm-start'], { encoding: 'utf8' });
+    const j = JSON.parse(out.trim().split('\n').pop());
+    return { text: j.text, accepted: j.accepted_prediction_tokens, rejected: j.rejected_prediction_tokens };
+}
+
+// Predicted outputs (OpenAI's `prediction`): chat and completions, streamed and not, against `rest generate`.
+async function predictedOutputs(client, model) {
+    const prompt = 'The sea is';
+    const base = await client.completions.create({ model, prompt, max_tokens: 48, temperature: 0 });
+    const predicted = base.choices[0].text;
+    const prediction = { type: 'content', content: predicted };
+    const c = await client.completions.create({ model, prompt, max_tokens: 48, temperature: 0, prediction });
+    assert.equal(c.choices[0].text, predicted, 'a prediction must not change the output');
+    const d = c.usage.completion_tokens_details;
+    assert.ok(d.accepted_prediction_tokens > 0, JSON.stringify(c.usage));
+    const g = generateCounters(prompt, 48, predicted);
+    assert.equal(g.text, predicted);
+    assert.equal(d.accepted_prediction_tokens, g.accepted, 'accepted_prediction_tokens differs from rest generate');
+    assert.equal(d.rejected_prediction_tokens, g.rejected, 'rejected_prediction_tokens differs from rest generate');
+
+    let streamed = '';
+    let usage = null;
+    for await (const chunk of await client.completions.create({
+        model, prompt, max_tokens: 48, temperature: 0, prediction, stream: true, stream_options: { include_usage: true },
+    })) {
+        if (chunk.usage) usage = chunk.usage;
+        streamed += chunk.choices[0]?.text ?? '';
+    }
+    assert.equal(streamed, predicted);
+    assert.deepEqual(usage.completion_tokens_details, d);
+
+    // Chat, the prediction as an array of text parts (split anywhere: the parts are joined).
+    const messages = [{ role: 'user', content: 'Say something.' }];
+    const plainChat = await client.chat.completions.create({ model, messages, max_tokens: 32, temperature: 0 });
+    const answer = plainChat.choices[0].message.content;
+    const half = Math.floor(answer.length / 2);
+    const parts = { type: 'content', content: [{ type: 'text', text: answer.slice(0, half) }, { type: 'text', text: answer.slice(half) }] };
+    const chat = await client.chat.completions.create({ model, messages, max_tokens: 32, temperature: 0, prediction: parts });
+    assert.equal(chat.choices[0].message.content, answer);
+    const cd = chat.usage.completion_tokens_details;
+    assert.ok(cd.accepted_prediction_tokens > 0, JSON.stringify(chat.usage));
+    let chatText = '';
+    let chatUsage = null;
+    for await (const chunk of await client.chat.completions.create({
+        model, messages, max_tokens: 32, temperature: 0, prediction: parts, stream: true, stream_options: { include_usage: true },
+    })) {
+        if (chunk.usage) chatUsage = chunk.usage;
+        chatText += chunk.choices[0]?.delta?.content ?? '';
+    }
+    assert.equal(chatText, answer);
+    assert.deepEqual(chatUsage.completion_tokens_details, cd);
+
+    // Malformed predictions are 400s naming the field.
+    await assert.rejects(client.chat.completions.create({ model, messages, prediction: { type: 'text', content: 'x' } }),
+                         (e) => e.status === 400 && /prediction\.type/.test(e.message));
+    await assert.rejects(client.chat.completions.create({ model, messages, prediction: { type: 'content', content: [{ type: 'image_url' }] } }),
+                         (e) => e.status === 400 && /prediction\.content/.test(e.message));
+    await assert.rejects(client.completions.create({ model, prompt, prediction: { type: 'content', content: 'x '.repeat(5000) } }),
+                         (e) => e.status === 400 && /prediction\.content/.test(e.message));
+    return `prediction: ${d.accepted_prediction_tokens} accepted, ${d.rejected_prediction_tokens} rejected (= rest generate)`;
+}
 
 async function main() {
     const client = new OpenAI({ baseURL: process.env.REST_URL + '/v1', apiKey: process.env.REST_KEY, maxRetries: 0 });
@@ -57,7 +128,8 @@ async function main() {
     await assert.rejects(client.chat.completions.create({ model, messages, n: 2 }),
                          (e) => e.status === 400 && /'n'/.test(e.message));
 
-    console.log(`openai client OK: ${chunks} stream chunks, text ${JSON.stringify(text.slice(0, 40))}...`);
+    const pred = await predictedOutputs(client, model);
+    console.log(`openai client OK: ${chunks} stream chunks, text ${JSON.stringify(text.slice(0, 40))}..., ${pred}`);
 }
 
 main().catch((e) => {

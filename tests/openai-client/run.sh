@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real OpenAI client against `rest serve`: installs the npm package `openai` (pinned) into a cache directory,
 # starts the server on a free loopback port with a fixture model that has a chat template, and runs client.cjs
-# (non-streaming and streaming chat, a completion, the model list, a wrong key).
+# (non-streaming and streaming chat, a completion, the model list, a wrong key, predicted outputs compared with
+# `rest generate --json`). The online store is off (--history-max 0), so that a request drafts as a fresh
+# `rest generate` process does.
 # Exit 77 (CTest: skipped) when node/npm are missing or the npm registry cannot be reached.
 set -euo pipefail
 
@@ -32,7 +34,7 @@ model=$tmp/openai-client-phi3.gguf
 key=openai-client-test-key
 out=$tmp/openai-client-server.out
 log=$tmp/openai-client-server.log
-"$rest" serve -m "$model" --port 0 --np 2 -t 1 --draft-fixed 4 --api-key "$key" >"$out" 2>"$log" &
+"$rest" serve -m "$model" --port 0 --np 2 -t 1 --draft-fixed 4 --history-max 0 --api-key "$key" >"$out" 2>"$log" &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
@@ -44,7 +46,8 @@ url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$out")
 [ -n "$url" ] || { echo "no listening line"; cat "$log"; exit 1; }
 
 rc=0
-OPENAI_PREFIX=$cache REST_URL=$url REST_KEY=$key node "$here/client.cjs" || rc=$?
+OPENAI_PREFIX=$cache REST_URL=$url REST_KEY=$key REST_CLI=$rest REST_MODEL=$model REST_TMP=$tmp \
+    node "$here/client.cjs" || rc=$?
 
 kill -TERM $pid
 wait $pid || { echo "server exit code $?"; cat "$log"; exit 1; }

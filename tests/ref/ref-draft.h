@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <span>
@@ -228,6 +229,48 @@ inline std::vector<std::vector<token_id>> random_documents(std::mt19937 & rng, i
         }
     }
     return docs;
+}
+
+// The prediction source's alignment (src/draft/prediction-source.h), by brute force: after each output token, the
+// longest suffix (at most n_max tokens) of the output that occurs in the prediction, compared at every position;
+// among its occurrences the one whose continuation is nearest to s + 1 (ties: the later); with none, s + 1 capped
+// at the prediction's length. Returns s after each token (index 0: after the first).
+struct prediction_alignment {
+    std::vector<std::int64_t> start;  // s after each output token
+    std::vector<int>          len;    // m after each output token
+};
+
+inline prediction_alignment naive_prediction_align(const std::vector<token_id> & pred, const std::vector<token_id> & out,
+                                                   int n_max) {
+    prediction_alignment a;
+    const auto   L = static_cast<std::int64_t>(pred.size());
+    std::int64_t s = 0;
+    for (std::size_t n = 1; n <= out.size(); ++n) {
+        int                       m = 0;
+        std::vector<std::int64_t> conts;
+        for (int k = std::min<int>(n_max, static_cast<int>(n)); k >= 1 && m == 0; --k) {
+            for (std::int64_t q = 0; q + k <= L; ++q) {
+                if (std::equal(out.begin() + static_cast<std::ptrdiff_t>(n - k), out.begin() + static_cast<std::ptrdiff_t>(n),
+                               pred.begin() + q)) {
+                    m = k;
+                    conts.push_back(q + k);
+                }
+            }
+        }
+        if (m == 0) {
+            s = std::min(s + 1, L);
+        } else {
+            std::int64_t best = conts[0];
+            for (const std::int64_t c : conts) {
+                const std::int64_t dc = std::abs(c - (s + 1)), db = std::abs(best - (s + 1));
+                if (dc < db || (dc == db && c > best)) best = c;
+            }
+            s = best;
+        }
+        a.start.push_back(s);
+        a.len.push_back(m);
+    }
+    return a;
 }
 
 }  // namespace rest_ref

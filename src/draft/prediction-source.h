@@ -1,0 +1,70 @@
+// The prediction draft source: a text the caller expects the output to repeat, with edits (OpenAI's predicted
+// outputs). Per request; the drafter owns one.
+//
+// Alignment (what tests/ref/ref-draft.h's naive_prediction_align checks): the source keeps s, the index in the
+// prediction p[0..L-1] where it expects the next output token (0 at the start). After each output token, with o
+// the output so far (the prompt is not part of it):
+//   - m = the largest k <= n_match_max such that o's last k tokens occur in p (0 when its last token occurs nowhere);
+//   - if m > 0, s becomes the continuation (the index after the occurrence's end) of the occurrence of that suffix
+//     whose continuation is nearest to s + 1, ties to the later one (the output moves forward);
+//   - if m == 0, s = min(s + 1, L): an unknown token is taken for a substitution, the text goes on after it.
+// The draft is the chain p[s], p[s+1], ... The rule re-finds the place after an insertion (the first token after
+// it occurs one position back), a deletion (a few positions on) and a substitution (right there), and the
+// nearest-occurrence tie-break keeps a prediction that repeats itself on the repetition it is following.
+//
+// Search: the prediction gets an in-memory suffix array, and the longest suffix is kept up to date by the same
+// incremental match as the datastore's (sa-search.h): O(log L) per token. The occurrences of the match are scanned
+// only when the current alignment does not simply continue.
+#pragma once
+
+#include "sa-search.h"
+#include "tree-expand.h"
+
+#include "rest/index-shard.h"
+#include "rest/types.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace rest {
+
+class prediction_source {
+  public:
+    explicit prediction_source(int n_match_max = 32);
+    prediction_source(const prediction_source &) = delete;
+    prediction_source & operator=(const prediction_source &) = delete;
+
+    // A new request with this prediction (empty: the source drafts nothing).
+    void reset(std::span<const token_id> prediction);
+    // Output tokens, in order.
+    void append(std::span<const token_id> tokens);
+
+    bool         active() const { return !pred_.empty(); }
+    std::int64_t start() const { return s_; }  // where the draft begins in the prediction (s above)
+    int          match_len() const { return m_; }
+    std::size_t  size() const { return pred_.empty() ? 0 : pred_.size() - 1; }  // L
+
+    // The conditional score of every drafted token: how often the prediction's next token was the output's in this
+    // request, (hits + 1) / (tokens + 2). An exact prediction earns scores near 1 within a few tokens; an unrelated
+    // one sinks below the other sources, so its chain does not displace theirs as the best path.
+    double conditional_score() const { return (hits_ + 1.0) / ((double) out_.size() + 2.0); }
+    // The chain p[s .. s + n - 1] (cut at the prediction's end) as a candidate tree, scored by conditional_score()
+    // to the power of the depth.
+    const cand_tree & draft(int n, cand_tree & out) const;
+
+  private:
+    void advance(token_id t);
+
+    int                        n_match_max_;
+    std::vector<std::uint32_t> pred_;  // the prediction and a separator (the shard's text)
+    std::vector<std::uint32_t> sa_;
+    index_shard                shard_;
+    std::vector<token_id>      out_;   // the output so far
+    sa_match                   match_;
+    std::int64_t               s_ = 0;
+    int                        m_ = 0;
+    std::int64_t               hits_ = 0;  // output tokens that were the prediction's at s
+};
+
+}  // namespace rest
