@@ -115,7 +115,8 @@ void run_bench(const bench_args & a) {
     // --streams compares plain with REST (whichever sources exist) and ignores --methods.
     const auto methods = a.streams.empty() ? bench::parse_methods(a.methods) : std::vector<bench::method_spec>{};
     for (const auto & m : methods) {
-        if (m.type == bench::method_spec::kind::rest && m.use_datastore && a.sp.index_path.empty()) {
+        // rest+pred methods draft from a datastore when there is one; the others that name one need it.
+        if (m.type == bench::method_spec::kind::rest && m.use_datastore && !m.has_prediction() && a.sp.index_path.empty()) {
             throw rest::user_error("method '" + m.name + "' needs a datastore (--index)");
         }
     }
@@ -192,6 +193,9 @@ void run_bench(const bench_args & a) {
     std::vector<std::vector<rest::token_id>> plain_outputs;
     if (std::any_of(methods.begin(), methods.end(), [](const auto & m) { return m.has_prediction(); })) {
         if (reference < 0) throw rest::user_error("rest+pred methods need plain in --methods (it makes their predictions)");
+        if (records.size() < 2 && std::any_of(methods.begin(), methods.end(), [](const auto & m) { return m.pred_unrelated; })) {
+            throw rest::user_error("rest+pred-unrelated needs at least two prompts (its prediction is another prompt's output)");
+        }
         rest::sampler_params greedy;
         greedy.temp = 0;
         for (const auto & rec : records) {
@@ -208,8 +212,11 @@ void run_bench(const bench_args & a) {
     // A method's prediction for record ri (first turns only; later turns get none).
     auto prediction_for = [&](const bench::method_spec & m, size_t ri, size_t turn) -> std::vector<rest::token_id> {
         if (!m.has_prediction() || turn > 0) return {};
-        if (m.pred_unrelated) return plain_outputs[(ri + 1) % plain_outputs.size()];
-        return bench::random_edits(plain_outputs[ri], m.pred_edits, s.model().info().n_vocab, (std::uint32_t) (1000 * ri + (size_t) m.pred_edits));
+        auto p = m.pred_unrelated ? plain_outputs[(ri + 1) % plain_outputs.size()]
+                                  : bench::random_edits(plain_outputs[ri], m.pred_edits, s.model().info().n_vocab,
+                                                        (std::uint32_t) (1000 * ri + (size_t) m.pred_edits));
+        p.resize(std::min(p.size(), (size_t) s.context().n_ctx_slot()));  // insertions can make it longer
+        return p;
     };
 
     std::vector<bench::bench_case>              cases;

@@ -80,7 +80,13 @@ bool extract(const nlohmann::json & rec, const std::string & field, prompt_recor
 }  // namespace
 
 std::string read_text_file(const std::string & path) {
-    return read_all(path);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw rest::user_error("cannot open '" + path + "'");
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
 }
 
 std::vector<prompt_record> read_prompt_file(const std::string & path, const std::string & field,

@@ -2,6 +2,7 @@
 // edits of random predictions, and the cases the alignment rule is written for.
 #include "../apps/bench/edit-workload.h"
 #include "../src/draft/prediction-source.h"
+#include "rest/drafter.h"
 
 #include "ref/ref-draft.h"
 
@@ -68,7 +69,9 @@ TEST(PredictionSource, RealignsAfterInsertionDeletionSubstitution) {
     EXPECT_EQ(run({0, 1, 2, 7}), 8);              // deletion of 3..6
     EXPECT_EQ(run({0, 1, 2, 100}), 4);            // substitution of 3: the draft goes on with 4
     EXPECT_EQ(run({0, 1, 2, 100, 4}), 5);
-    EXPECT_EQ(run({0, 1, 2, 9}), 10);             // a token from elsewhere: the only occurrence
+    EXPECT_EQ(run({0, 1, 2, 9}), 10);             // a token from nearby (a deletion of 3..8): its occurrence
+    EXPECT_EQ(run({0, 1, 2, 15}), 4);             // one token from far away is no evidence: a substitution
+    EXPECT_EQ(run({0, 1, 2, 15, 16}), 17);        // two are: the text jumped there
     EXPECT_EQ(run(pred), 20);                     // at the end: an empty draft
     EXPECT_EQ(run({0, 1, 2, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117}), 20);
 }
@@ -106,9 +109,10 @@ TEST(PredictionSource, DraftIsTheChainFromTheStart) {
         EXPECT_EQ(t.nodes[i].depth, (std::int32_t) i + 1);
         if (i > 0) EXPECT_LT(t.nodes[i].score, t.nodes[i - 1].score);
     }
-    const double before = src.conditional_score();
+    const double before = src.conditional_score(src.run());
     src.append(std::vector<token_id>{3, 1, 4});
-    EXPECT_GT(src.conditional_score(), before);  // a longer alignment is trusted more
+    EXPECT_EQ(src.run(), 3);
+    EXPECT_GT(src.conditional_score(src.run()), before);  // a prediction that was right is trusted more
     src.draft(64, t);
     ASSERT_EQ(t.nodes.size(), 5u);  // cut at the prediction's end
     EXPECT_EQ(t.nodes[0].token, 1);
@@ -116,4 +120,31 @@ TEST(PredictionSource, DraftIsTheChainFromTheStart) {
     EXPECT_FALSE(src.active());
     src.append(std::vector<token_id>{1, 2});
     EXPECT_TRUE(src.draft(8, t).nodes.empty());
+}
+
+// The drafter merges the prediction's chain with the context's: a valid tree whose best path is the prediction, with
+// the prediction's source bit, and the prediction ends with the request.
+TEST(PredictionSource, DrafterMergesThePredictionIntoAValidTree) {
+    drafter_params p;
+    p.use_datastore = p.use_history = false;
+    drafter d(nullptr, nullptr, p);
+    const std::vector<token_id> prompt = {1, 2, 3, 1, 2, 3, 1, 2};
+    const std::vector<token_id> pred   = {7, 8, 9, 10, 11, 12};
+    d.reset(prompt);
+    d.set_prediction(pred);
+    EXPECT_TRUE(d.has_prediction());
+    d.accept(std::vector<token_id>{7, 8, 9});
+    draft_tree t = d.draft(16);
+    EXPECT_EQ(t.check_integrity(), "");
+    bool has_pred = false;
+    for (const auto m : t.sources) has_pred = has_pred || (m & (std::uint8_t) draft_source::prediction);
+    EXPECT_TRUE(has_pred);
+    t.keep_best_path();
+    ASSERT_GE(t.size(), 3u);
+    EXPECT_EQ(t.tokens[0], 10);
+    EXPECT_EQ(t.tokens[2], 12);
+    d.accept(std::vector<token_id>{10, 11, 12});
+    EXPECT_FALSE(d.has_prediction()) << "a prediction used up is no longer one";
+    d.reset(prompt);
+    EXPECT_FALSE(d.has_prediction()) << "reset() clears the prediction";
 }

@@ -73,7 +73,7 @@ TEST(draft_tree, check_integrity_names_each_violation) {
         {"child beats parent", [](draft_tree & t) { t.scores[4] = 0.3f; t.scores[2] = 0.25f; }, "exceeds its parent"},
         {"not best-first", [](draft_tree & t) { t.scores[3] = 0.15f; t.scores[4] = 0.15f; t.scores[2] = 0.1f; }, "not best-first"},
         {"no source", [](draft_tree & t) { t.sources[1] = 0; }, "node 1: source mask 0"},
-        {"unknown source", [](draft_tree & t) { t.sources[1] = 8; }, "node 1: source mask 8"},
+        {"unknown source", [](draft_tree & t) { t.sources[1] = 16; }, "node 1: source mask 16"},
     };
     for (const breakage & b : cases) {
         draft_tree t = sample();

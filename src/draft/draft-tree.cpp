@@ -107,7 +107,7 @@ std::string draft_tree::check_integrity() const {
             return at + "score " + std::to_string(scores[i]) + " exceeds the previous node's " +
                    std::to_string(scores[i - 1]) + " (not best-first)";
         }
-        if (sources[i] == 0 || (sources[i] & ~0x7u) != 0) {
+        if (sources[i] == 0 || (sources[i] & ~0xFu) != 0) {
             return at + "source mask " + std::to_string(sources[i]) + " names no known source";
         }
     }

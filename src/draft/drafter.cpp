@@ -151,7 +151,8 @@ void drafter::set_prediction(std::span<const token_id> prediction) {
 }
 
 bool drafter::has_prediction() const {
-    return impl_->pred.active();
+    // Used up (the output passed its end), a prediction drafts nothing more: the pass is an ordinary one again.
+    return impl_->pred.active() && impl_->pred.start() < (std::int64_t) impl_->pred.size();
 }
 
 draft_tree drafter::draft(int n_budget, draft_stats * stats) {

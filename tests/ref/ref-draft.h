@@ -233,15 +233,15 @@ inline std::vector<std::vector<token_id>> random_documents(std::mt19937 & rng, i
 
 // The prediction source's alignment (src/draft/prediction-source.h), by brute force: after each output token, the
 // longest suffix (at most n_max tokens) of the output that occurs in the prediction, compared at every position;
-// among its occurrences the one whose continuation is nearest to s + 1 (ties: the later); with none, s + 1 capped
-// at the prediction's length. Returns s after each token (index 0: after the first).
+// among its occurrences the one whose continuation is nearest to s + 1 (ties: the later), a single-token match only
+// within `near` positions; with none, s + 1 capped at the prediction's length. Returns s after each token.
 struct prediction_alignment {
     std::vector<std::int64_t> start;  // s after each output token
     std::vector<int>          len;    // m after each output token
 };
 
 inline prediction_alignment naive_prediction_align(const std::vector<token_id> & pred, const std::vector<token_id> & out,
-                                                   int n_max) {
+                                                   int n_max, std::int64_t near = 8) {
     prediction_alignment a;
     const auto   L = static_cast<std::int64_t>(pred.size());
     std::int64_t s = 0;
@@ -265,7 +265,12 @@ inline prediction_alignment naive_prediction_align(const std::vector<token_id> &
                 const std::int64_t dc = std::abs(c - (s + 1)), db = std::abs(best - (s + 1));
                 if (dc < db || (dc == db && c > best)) best = c;
             }
-            s = best;
+            if (m == 1 && std::abs(best - (s + 1)) > near) {
+                m = 0;
+                s = std::min(s + 1, L);
+            } else {
+                s = best;
+            }
         }
         a.start.push_back(s);
         a.len.push_back(m);
