@@ -10,7 +10,8 @@
 
 namespace {
 
-std::string read_all(const std::string & path) {
+// A whole file (through gzip -dc for .gz); `what` names it in errors.
+std::string read_all(const std::string & path, const std::string & what) {
     if (path.ends_with(".gz")) {
         std::FILE * p = popen(("gzip -dc '" + path + "' 2>/dev/null").c_str(), "r");
         if (!p) {
@@ -29,7 +30,7 @@ std::string read_all(const std::string & path) {
     }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-        throw rest::user_error("cannot open prompt file '" + path + "'");
+        throw rest::user_error("cannot open " + what + " '" + path + "'");
     }
     std::ostringstream ss;
     ss << in.rdbuf();
@@ -80,18 +81,12 @@ bool extract(const nlohmann::json & rec, const std::string & field, prompt_recor
 }  // namespace
 
 std::string read_text_file(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw rest::user_error("cannot open '" + path + "'");
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return read_all(path, "prediction file");
 }
 
 std::vector<prompt_record> read_prompt_file(const std::string & path, const std::string & field,
                                             const std::string & prediction_field) {
-    const std::string text = read_all(path);
+    const std::string text = read_all(path, "prompt file");
     const bool        json = path.ends_with(".jsonl") || path.ends_with(".jsonl.gz") || path.ends_with(".json");
     std::vector<prompt_record> out;
     if (!json) {

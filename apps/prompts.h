@@ -15,5 +15,6 @@ struct prompt_record {
 std::vector<prompt_record> read_prompt_file(const std::string & path, const std::string & field,
                                             const std::string & prediction_field = "");
 
-// A whole file as text (the --prediction-file of generate); throws rest::user_error when it cannot be read.
+// A whole file as text (the --prediction-file of generate; .gz through gzip -dc); throws rest::user_error when it
+// cannot be read.
 std::string read_text_file(const std::string & path);

@@ -70,17 +70,32 @@ case_set make_cases(const model & m, target_model & ctx, int n_prompts, int n) {
     return c;
 }
 
-void lossless_with_every_prediction(const std::string & type, bool trees) {
+// A fixture model of this weight type and a 256-position context on one thread, in the given layout.
+struct fixture_setup {
+    std::unique_ptr<model>        m;
+    std::unique_ptr<target_model> ctx;
+};
+
+fixture_setup open_fixture(const std::string & type, std::uint32_t seed, bool trees, float output_scale = 8.0f) {
     fixture_params fp;
-    fp.type = type;
-    fp.seed = 21;
-    const auto     m = model::load(rest_test::fixture_model(fp));
+    fp.type         = type;
+    fp.seed         = seed;
+    fp.output_scale = output_scale;
+    fixture_setup f;
+    f.m = model::load(rest_test::fixture_model(fp));
     context_params cp;
     cp.n_ctx     = 256;
     cp.n_threads = 1;
     cp.trees     = trees;
-    auto           ctx = m->new_context(cp);
-    const int      n   = 96;
+    f.ctx        = f.m->new_context(cp);
+    return f;
+}
+
+void lossless_with_every_prediction(const std::string & type, bool trees) {
+    const fixture_setup f   = open_fixture(type, 21, trees);
+    const auto &        m   = f.m;
+    const auto &        ctx = f.ctx;
+    const int           n   = 96;
     const case_set c   = make_cases(*m, *ctx, 6, n);
 
     fixed_budget                    fixed(16);
@@ -143,17 +158,10 @@ TEST(prediction_e2e, f32_tree_layout_every_prediction) {
 // With sampling, a prediction changes only what is drafted: the same seed gives the same text with or without it
 // (the chain layout on a quantized model computes bit-identical logits).
 TEST(prediction_e2e, sampling_same_seed_same_text_with_any_prediction) {
-    fixture_params fp;
-    fp.type         = "q8_0";
-    fp.seed         = 22;
-    fp.output_scale = 2.0f;  // flatter logits: sampling has choices to make
-    const auto     m = model::load(rest_test::fixture_model(fp));
-    context_params cp;
-    cp.n_ctx     = 256;
-    cp.n_threads = 1;
-    cp.trees     = false;
-    auto       ctx = m->new_context(cp);
-    fixed_budget fixed(8);
+    const fixture_setup f   = open_fixture("q8_0", 22, false, 2.0f);  // flatter logits: sampling has choices to make
+    const auto &        m   = f.m;
+    const auto &        ctx = f.ctx;
+    fixed_budget        fixed(8);
     int        n_cases = 0;
     for (std::uint32_t seed = 1; seed <= 6; ++seed) {
         sampler_params sp;
