@@ -39,8 +39,9 @@ fixture & get(bool trees, int flash_attn, int threads) {
     return x;
 }
 
-// One step of `rows` rows (root + a chain), committing only the root; the context is reset when it fills.
-void step(rest::target_model & m, std::int32_t rows) {
+// One step of `rows` rows (root + a chain, or with leaves > 1 that many root children, the chain under the first),
+// committing only the root; the context is reset when it fills.
+void step(rest::target_model & m, std::int32_t rows, std::int32_t leaves = 1) {
     if (m.n_past(0) + rows + 2 > 256) m.clear(0);
     if (m.n_past(0) == 0) {
         const std::vector<rest::token_id> p = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -49,8 +50,9 @@ void step(rest::target_model & m, std::int32_t rows) {
     std::vector<rest::token_id> toks(rows - 1, 42);
     std::vector<std::int32_t>   parents(rows - 1), depths(rows - 1);
     for (std::int32_t i = 0; i + 1 < rows; ++i) {
-        parents[i] = i - 1;
-        depths[i]  = i + 1;
+        parents[i] = i < leaves ? -1 : i == leaves ? 0 : i - 1;
+        depths[i]  = parents[i] < 0 ? 1 : depths[parents[i]] + 1;
+        toks[i]    = 42 + (i < leaves ? i : 0);  // siblings differ
     }
     rest::tree_request r;
     r.slot = 0;
@@ -82,6 +84,25 @@ void BM_verify(benchmark::State & state) {
 }
 
 }  // namespace
+
+// Tree layout, the same row count every pass, alternating between a chain (one leaf) and two siblings (two leaves):
+// whether a change of the tree's shape at equal rows costs a graph rebuild too. range(0): rows; range(1): 1 =
+// alternate, 0 = always the chain.
+void BM_tree_topology(benchmark::State & state) {
+    if (!std::filesystem::exists(model_path())) {
+        state.SkipWithError("no model (set REST_BENCH_MODEL)");
+        return;
+    }
+    rest::target_model & m = *get(true, 0, 2).ctx;
+    const auto rows = (std::int32_t) state.range(0);
+    for (auto _ : state) {
+        step(m, rows, 1);
+        step(m, rows, state.range(1) ? 2 : 1);
+    }
+    state.counters["passes"] = benchmark::Counter((double) state.iterations() * 2,
+                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_tree_topology)->ArgNames({"rows", "alternate"})->ArgsProduct({{3, 4, 6}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_verify)->ArgNames({"rows", "alternate", "trees", "fa", "threads"})
     ->ArgsProduct({{1, 2, 3, 4, 5, 6, 8}, {0, 1}, {0, 1}, {0, 1}, {1, 2}})

@@ -32,6 +32,10 @@ struct step_report {
     // The number of requests when the pass was choose_equal()'s (equal chains in separate sequences) and ran as one
     // pass; 1 for other single passes; 0 when llama.cpp ran it as several, whose time prices no one shape.
     std::size_t  n_equal = 1;
+    // Sequences the pass's tokens belong to: in the tree layout the leaves of every request's tree (at least one
+    // each), in the chain layout one per request; 0: not reported. llama.cpp builds another graph when it changes,
+    // at equal rows too (a chain of 2 nodes and 2 sibling nodes are different passes to it).
+    std::int32_t n_seqs = 0;
     std::int32_t n_past = 0;      // mean committed tokens
     double       t_pass_us = 0;   // everything but drafting: the forward pass, the walk (sampling) and the commit
     double       t_draft_us = 0;  // drafting, over all requests

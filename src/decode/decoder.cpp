@@ -247,6 +247,7 @@ void decoder::build_batch() {
     // Padding only while the batch fits one pass (llama.cpp's n_batch); it is what goes first.
     const bool pad = rows_padded <= model_.n_rows_max();
     rows_          = 0;
+    seqs_          = 0;
     batch_.clear();
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
@@ -260,6 +261,7 @@ void decoder::build_batch() {
             tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
         rows_ += 1 + (std::int32_t) tree.size();
+        seqs_ += std::max<std::int32_t>(1, (std::int32_t) tree.n_leaves(tree.size()));
         tree_request tr;
         tr.slot    = r.slot;
         tr.root    = r.root;
@@ -300,6 +302,7 @@ bool decoder::verify() {
         batch_[i].depths  = {};
     }
     rows_ = (std::int32_t) live_.size();
+    seqs_ = (std::int32_t) live_.size();
     model_.set_decode_threads(threads_for(rows_));
     if (model_.decode(batch_) == decode_status::ok) return true;
     for (request * r : live_) {
@@ -380,6 +383,7 @@ void decoder::step(std::span<request * const> requests) {
         rep.n_rows     = rows_;
         rep.n_requests = live_.size();
         rep.n_equal    = n_equal;
+        rep.n_seqs     = seqs_;
         rep.n_past     = (std::int32_t) (past_sum / (std::int64_t) live_.size());
         rep.t_pass_us  = t_end - t_dec0;
         rep.t_draft_us = t_draft;

@@ -114,6 +114,10 @@ double online_budget::cost_est::median_of_window() const {
     return m == 0 ? 1.0 : m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
+std::int32_t online_budget::extra_seqs(std::size_t n_equal, std::int32_t n_seqs) {
+    return n_seqs > 0 ? std::max<std::int32_t>(0, n_seqs - (std::int32_t) std::max<std::size_t>(n_equal, 1)) : 0;
+}
+
 const online_budget::cost_est * online_budget::find_est(std::int32_t n_rows, std::size_t n_equal) const {
     if (n_equal <= 1 && n_rows < k_rows_flat) {
         return n_rows >= 0 && (std::size_t) n_rows < single_.size() && single_[n_rows].n > 0 ? &single_[n_rows] : nullptr;
@@ -137,23 +141,26 @@ double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
     return ratio_all_ + (e->median - ratio_all_) * w;
 }
 
-double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
-    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal);
+double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
+    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal) + extra_seqs(n_equal, n_seqs) * seq_us();
 }
 
-double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
-    const bool same = n_rows == last_rows_ && n_equal == last_equal_;
-    return predict_us(n_rows, n_past, n_equal) + (same ? 0.0 : rebuild_us());
+double online_budget::seq_us() const {
+    return seq_.n > 0 ? seq_.median : 0.0;
+}
+
+double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
+    return predict_us(n_rows, n_past, n_equal, n_seqs) + (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : rebuild_us());
 }
 
 double online_budget::rebuild_us() const {
     return rebuild_.n > 0 ? rebuild_.median : table_.rebuild_us * ratio_all_;
 }
 
-double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const {
+double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     // Drafting is paid once per step whatever the step's size: leaving it out would favour the cheapest passes over
     // longer drafts that amortise it over more tokens.
-    return step_us(n_rows, n_past, n_equal) + t_draft_us_;
+    return step_us(n_rows, n_past, n_equal, n_seqs) + t_draft_us_;
 }
 
 double online_budget::gain(std::size_t n_requests, bool predicted) const {
@@ -286,10 +293,15 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     next.assign(nq, 0);
     // Greedy over the whole batch: add the next node (in each tree's best-first order, padding last) with the
     // highest calibrated probability, and remember the configuration with the best expected tokens per microsecond.
+    // The pass's sequences are counted along (a node adds one unless its parent was a leaf; padding continues the
+    // last node, a leaf), so that a change of tree shape is priced like a change of rows.
     std::int32_t rows      = (std::int32_t) nq;
+    std::int32_t seqs      = (std::int32_t) nq;
     double       expected  = (double) nq;
-    double       best_rate = expected / step_us(rows, b.n_past);
+    double       best_rate = expected / step_us(rows, b.n_past, 1, seqs);
     bool         pays      = false;
+    scratch_.has_child.resize(nq);
+    for (size_t i = 0; i < nq; ++i) scratch_.has_child[i].assign(b.lim[i] + 1, 0);
     while (true) {
         size_t pick = nq;
         double pv   = -1;
@@ -300,10 +312,15 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
             }
         }
         if (pick == nq) break;
+        if (const size_t j = next[pick]; j < b.lim[pick]) {
+            char & parent_has_child = scratch_.has_child[pick][(size_t) (qs[pick].tree->parents[j] + 1)];
+            seqs += parent_has_child ? 1 : 0;
+            parent_has_child = 1;
+        }
         ++next[pick];
         ++rows;
         expected += pv;
-        const double rate = expected / drafting_step_us(rows, b.n_past);
+        const double rate = expected / drafting_step_us(rows, b.n_past, 1, seqs);
         if (rate > best_rate) {
             best_rate = rate;
             pays      = true;
@@ -325,7 +342,7 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
     // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
     // pass per distinct row count.
     double       expected  = (double) nq;
-    double       best_rate = expected / step_us((std::int32_t) nq, b.n_past, nq);
+    double       best_rate = expected / step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
     std::int32_t k_best    = 0;
     for (size_t k = 1; k <= b.pad_max; ++k) {
         std::int32_t rows = 0;
@@ -333,7 +350,7 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
             if (k <= b.lim[i]) expected += b.prob[i][k - 1];
             rows += 1 + (std::int32_t) std::min(k, b.cap[i]);
         }
-        const double rate = expected / drafting_step_us(rows, b.n_past, nq);
+        const double rate = expected / drafting_step_us(rows, b.n_past, nq, (std::int32_t) nq);  // chains: one each
         if (rate > best_rate) {
             best_rate = rate;
             k_best    = (std::int32_t) k;
@@ -393,14 +410,20 @@ void online_budget::update_gain(const step_report & r) {
 
 void online_budget::observe_step(const step_report & r) {
     ++n_steps_;
-    const bool   same = r.n_rows == last_rows_ && r.n_equal == last_equal_;
+    const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     last_rows_        = r.n_rows;
     last_equal_       = r.n_equal;
+    last_seqs_        = r.n_seqs;
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
     const double t    = r.t_pass_us;
+    const std::int32_t extra = extra_seqs(r.n_equal, r.n_seqs);
     const cost_est * known = find_est(r.n_rows, r.n_equal);
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
-    if (r.n_equal > 0 && base > 0 && t > 0 && !same && fresh) {
+    if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
+        // A branchy tree: what it took beyond a chain of its rows (and a change of shape), per extra sequence.
+        const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + (same ? 0.0 : rebuild_us());
+        seq_.add(std::max(0.0, t - chain) / extra);
+    } else if (r.n_equal > 0 && base > 0 && t > 0 && !same && fresh) {
         // A pass of another shape than the last pays llama.cpp's graph rebuild: what it took beyond its shape's
         // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
         rebuild_.add(std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal)));

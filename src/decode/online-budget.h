@@ -59,7 +59,7 @@ class online_budget final : public budget_policy {
     std::int32_t tree_draft_nodes() const override;  // the hint with room to double: 2 + twice the recent choice
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
-    void observe_other_pass() override { last_rows_ = 0; }
+    void observe_other_pass() override { last_rows_ = 0; last_seqs_ = 0; }
     void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
@@ -74,9 +74,13 @@ class online_budget final : public budget_policy {
     // Path probabilities of every node of t: products of calibrated() along each path.
     std::vector<double> path_probabilities(const draft_tree & t) const;
     // Predicted time of a step's pass (all but drafting), steady shape; n_equal as in step_report.
-    double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
-    // The same plus the graph rebuild if the shape differs from the last pass.
-    double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    // n_seqs as in step_report: in the tree layout each leaf beyond one per request costs seq_us() more (llama.cpp's
+    // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
+    // takes 1.0), learned from the branchy passes themselves (0 until one is seen).
+    double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
+    // The same plus the graph rebuild if the shape (rows, n_equal and, when known, n_seqs as in step_report)
+    // differs from the last pass's.
+    double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
     // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
     double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting is switched off for batches of n_requests now.
@@ -116,9 +120,12 @@ class online_budget final : public budget_policy {
         void   add(double v);  // records a measurement and updates the median
         double median_of_window() const;
     };
+    // Sequences beyond one per request (0 for chains and plain passes; the key of branchy trees' estimates).
+    static std::int32_t  extra_seqs(std::size_t n_equal, std::int32_t n_seqs);
     static std::uint64_t shape_key(std::int32_t n_rows, std::size_t n_equal) {
         return ((std::uint64_t) n_equal << 32) | (std::uint32_t) n_rows;
     }
+    double seq_us() const;  // what a sequence beyond one per request adds to a pass (learned; 0 until measured)
     double prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const;
     double ratio_of(std::int32_t n_rows, std::size_t n_equal) const;
     // The estimate of a shape: one request's in a flat vector (the hot path prices every row count each step),
@@ -126,7 +133,12 @@ class online_budget final : public budget_policy {
     const cost_est * find_est(std::int32_t n_rows, std::size_t n_equal) const;
     cost_est &       est_for(std::int32_t n_rows, std::size_t n_equal);
     static constexpr std::int32_t k_rows_flat = 4096;
-    double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1) const;
+    double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const;
+    // Whether a pass of this shape follows the last one without a graph rebuild; n_seqs 0 (or none reported) is
+    // not compared.
+    bool   same_shape(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_seqs) const {
+        return n_rows == last_rows_ && n_equal == last_equal_ && (n_seqs == 0 || last_seqs_ == 0 || n_seqs == last_seqs_);
+    }
     double rebuild_us() const;  // what a change of shape costs now (learned; the table's figure until measured)
     bin &  bin_of(float conditional_score, std::uint8_t sources);
     const bin & bin_of(float conditional_score, std::uint8_t sources) const;
@@ -136,6 +148,7 @@ class online_budget final : public budget_policy {
         std::vector<std::size_t>         pad;   // per query: most nodes, padding included (>= lim; 0: no draft)
         std::vector<std::size_t>         cap;   // per query: what equal rows pad it to at most (drafts or not)
         std::vector<std::vector<double>> prob;  // per query: path probabilities of its nodes (empty if lim 0)
+        std::vector<std::vector<char>>   has_child;  // per query, choose()'s scratch: [node + 1] has a chosen child
         std::size_t                      lim_max = 0;
         std::size_t                      pad_max = 0;
         std::int32_t                     n_past  = 0;  // mean committed tokens
@@ -157,6 +170,7 @@ class online_budget final : public budget_policy {
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     cost_est                                    rebuild_;          // microseconds a change of shape added
+    cost_est                                    seq_;              // microseconds an extra sequence added
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
     double                                      t_draft_node_us_ = 0;  // ... per node asked for (0: unmeasured)
     std::array<mode, k_classes>                 mode_{};
@@ -164,6 +178,7 @@ class online_budget final : public budget_policy {
     bool                                        drafted_before_ = false;  // the first draft has been seen
     std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     std::size_t                                 last_equal_ = 1;  // its n_equal
+    std::int32_t                                last_seqs_ = 0;   // its n_seqs (0: not reported)
     static constexpr std::size_t                k_recent = 32;
     std::array<std::int32_t, k_recent>          recent_{};        // most nodes chosen for a request, last steps
     std::size_t                                 recent_at_ = 0;
