@@ -329,3 +329,32 @@ TEST(online_budget, decoder_with_worthless_drafts_stays_near_plain) {
 }
 
 }  // namespace
+
+// The tree layout: a pass's shape is its rows and its sequences (leaves). A change of leaves at equal rows is a
+// change of shape, and each leaf beyond one per request costs what branchy passes measured beyond a chain.
+TEST(online_budget, tree_leaves_are_part_of_the_shape_and_priced_from_measured_passes) {
+    cost_table c = table_of({1, 2, 3, 4, 8}, {100, 110, 120, 130, 170});
+    c.rebuild_us = 50;
+    online_budget b(c, no_exploration());
+    auto pass = [](std::int32_t rows, std::int32_t seqs, double t) {
+        step_report r = step_of(rows, t);
+        r.n_seqs      = seqs;
+        return r;
+    };
+    for (int k = 0; k < 6; ++k) b.observe_step(pass(3, 1, k == 0 ? 120 + 50 : 120));  // a 2-node chain, steady
+    EXPECT_NEAR(b.step_us(3, 10, 1, 1), 120, 120 * 0.02) << "the same chain again: steady";
+    EXPECT_NEAR(b.step_us(3, 10, 1, 2), 120 + 50, 170 * 0.02) << "two siblings: another graph";
+    // Branchy passes took 300 us beyond a chain of their rows per extra leaf.
+    for (int k = 0; k < 5; ++k) b.observe_step(pass(3, 2, 120 + (k == 0 ? 50 : 0) + 300));
+    EXPECT_NEAR(b.step_us(3, 10, 1, 2), 120 + 300, 420 * 0.03) << "an extra leaf costs what it was measured to";
+    EXPECT_NEAR(b.step_us(4, 10, 1, 3), 130 + 2 * 300 + 50, 780 * 0.03);
+    EXPECT_NEAR(b.step_us(3, 10, 1, 1), 120 + 50, 170 * 0.03) << "the chain's own estimate is not polluted";
+
+    // The choice: two sibling nodes of 0.5 each against one of them, after chains of 2 rows. Priced as a chain the
+    // pair pays (2 / 120 > 1.5 / 110); with the measured leaf cost it does not.
+    draft_tree siblings;
+    siblings.add(100, -1, 0.5f, 1);
+    siblings.add(101, -1, 0.5f, 1);
+    b.observe_step(pass(2, 1, 110));
+    EXPECT_EQ(choose_one(b, siblings), 1);
+}
