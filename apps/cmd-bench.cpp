@@ -257,6 +257,7 @@ void run_bench(const bench_args & a) {
                 row[m].run     = runners[m]->run(prompt, a.n_predict, a.sampling, pred);
                 row[m].ran     = true;
             }
+            if (reference >= 0) bench::judge_case(row, reference, *runners[(size_t) reference], prompt, a.n_predict);
             // The next turn continues the reference method's answer (the same for every method when lossless).
             auto answer = row[(size_t) answer_from].run.tokens;
             if (!answer.empty() && s.model().is_eog(answer.back())) answer.pop_back();

@@ -2,6 +2,7 @@
 // with cpp-httplib's client (plain and Server-Sent Events), and run `rest generate --no-spec` as the reference.
 #pragma once
 
+#include "strict-compare.h"
 #include "test-util.h"
 
 #include "rest/llama-model.h"
@@ -303,68 +304,36 @@ inline std::vector<nlohmann::json> generate_no_spec(const std::string & model, c
     return res;
 }
 
-// Index of the first difference between two token lists (size of the shorter when one is a prefix), or -1.
-inline long first_diff(const std::vector<int> & a, const std::vector<int> & b) {
-    const size_t n = std::min(a.size(), b.size());
-    for (size_t i = 0; i < n; ++i) {
-        if (a[i] != b[i]) {
-            return (long) i;
-        }
-    }
-    return a.size() == b.size() ? -1 : (long) n;
-}
-
-// The gap between the two largest logits of plain single-sequence greedy decoding of `prompt` at output step k
-// (after emitting want[0..k)).
-inline float plain_top2_gap(const rest::model & m, const std::vector<int> & prompt, const std::vector<int> & want,
-                            size_t k) {
-    rest::context_params cp;
-    cp.n_ctx     = (std::int32_t) std::max<size_t>(256, prompt.size() + k + 8);
-    cp.n_threads = 1;
-    auto ctx     = m.new_context(cp);
-    ctx->prefill(0, std::span<const int>(prompt.data(), prompt.size() - 1));
-    int root = prompt.back();
-    for (size_t i = 0;; ++i) {
-        rest::tree_request tr;
-        tr.slot = 0;
-        tr.root = root;
-        if (ctx->decode(std::span<const rest::tree_request>(&tr, 1)) != rest::decode_status::ok) {
-            return 1e30f;
-        }
-        const auto lg = ctx->logits(0, -1);
-        if (i == k) {
-            std::vector<float> v(lg.begin(), lg.end());
-            std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
-            return v[0] - v[1];
-        }
-        ctx->commit(0, {});
-        root = want[i];
-    }
-}
-
-// Lossless greedy check, with the one divergence the decoder is allowed (issue 5): got may leave want only at a
-// step where plain decoding's top two logits are within eps, because a batched forward pass rounds differently
-// from a single-row one. Returns "" when got is acceptable (counting such near-ties), else what differs.
+// Lossless greedy check through the strict comparison (strict-compare.h): got may leave want only at a near-tie of
+// plain decoding to its runner-up, after which it is compared with plain decoding resumed from got's prefix. want is
+// the server's own plain output; it is regenerated here on a fresh single-slot context to get its top-2 record.
+// Returns "" when got is acceptable (counting such near-ties), else what differs.
 inline std::string check_greedy(const rest::model & m, const std::string & prompt_text, const std::vector<int> & got,
-                                const std::vector<int> & want, int * n_near_ties = nullptr, float eps = 1e-2f) {
-    const long d = first_diff(got, want);
-    if (d < 0) {
+                                const std::vector<int> & want, int * n_near_ties = nullptr, float eps = k_tie_eps) {
+    if (got == want) {
         return "";
-    }
-    if ((size_t) d >= got.size() || (size_t) d >= want.size()) {
-        return "lengths differ (" + std::to_string(got.size()) + " vs " + std::to_string(want.size()) + ")";
     }
     const std::vector<int> prompt = m.vocab().tokenize(prompt_text, true, true);
-    const float            gap    = plain_top2_gap(m, prompt, want, (size_t) d);
-    if (gap < eps) {
-        if (n_near_ties) {
-            ++*n_near_ties;
-        }
-        std::fprintf(stderr, "note: outputs part at token %ld, a float near-tie (top-2 logit gap %.5f)\n", d, gap);
-        return "";
+    rest::context_params   cp;
+    cp.n_ctx     = (std::int32_t) std::max<size_t>(256, prompt.size() + want.size() + 8);
+    cp.n_threads = 1;
+    auto       ctx   = m.new_context(cp);
+    const int  n     = (int) want.size();
+    const auto plain = generate_greedy(m, *ctx, prompt, n, nullptr, 0, nullptr);
+    if (plain.tokens != want) {
+        return "the server's plain output is not what plain decoding gives here (" + std::to_string(want.size()) +
+               " vs " + std::to_string(plain.tokens.size()) + " tokens)";
     }
-    return "first differing token index " + std::to_string(d) + " (got " + std::to_string(got[d]) + ", want " +
-           std::to_string(want[d]) + ", top-2 logit gap " + std::to_string(gap) + ")";
+    const rest::exactness_verdict v = rest::compare_to_plain(plain.trace(), got, eps, resume_plain(m, *ctx, prompt, n));
+    if (!v.ok) {
+        return v.why;
+    }
+    if (n_near_ties) {
+        *n_near_ties += v.near_ties;
+    }
+    std::fprintf(stderr, "note: %d near-tie divergence(s), the first at token %d (top-2 logit gap %.5f)\n", v.near_ties,
+                 v.first_divergence, v.gap_at_first);
+    return "";
 }
 
 }  // namespace rest_test

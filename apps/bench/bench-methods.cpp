@@ -83,9 +83,10 @@ class plain_runner final : public method_runner {
     method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
                    std::span<const rest::token_id> prediction) override {
         std::vector<float>                   gaps;
+        std::vector<rest::token_id>          runner_up;
         std::unique_ptr<rest::token_sampler> sampler;
         if (sampling.greedy()) {
-            sampler = std::make_unique<rest::gap_recording_sampler>(gaps);
+            sampler = std::make_unique<rest::gap_recording_sampler>(gaps, &runner_up);
         } else {
             sampler = s_.model().new_sampler(sampling);
         }
@@ -97,6 +98,7 @@ class plain_runner final : public method_runner {
         dec_.run(r, prompt);
         method_run out = finish(r);
         out.top2_gaps  = std::move(gaps);
+        out.runner_up  = std::move(runner_up);
         return out;
     }
 

@@ -61,6 +61,7 @@ struct method_run {
     rest::generation_stats      stats;
     std::string                 stop;
     std::vector<float>          top2_gaps;  // plain, greedy: logit gap between the top two tokens at each emitted token
+    std::vector<rest::token_id> runner_up;  // plain, greedy: the second-best token at each emitted token
 };
 
 class method_runner {

@@ -52,6 +52,32 @@ std::string fmt(const char * f, double x) {
 
 }  // namespace
 
+void judge_case(std::vector<bench_cell> & row, int reference, method_runner & plain,
+                std::span<const rest::token_id> prompt, std::int32_t n_predict) {
+    if (reference < 0 || !row[(size_t) reference].ran) return;
+    const method_run & ref = row[(size_t) reference].run;
+    if (ref.top2_gaps.size() != ref.tokens.size() || ref.runner_up.size() != ref.tokens.size()) return;  // sampled
+    const rest::plain_trace trace{ref.tokens, ref.runner_up, ref.top2_gaps};
+    rest::sampler_params    greedy;
+    greedy.temp = 0;
+    const rest::plain_resume resume = [&](std::span<const rest::token_id> prefix) {
+        if ((std::int32_t) prefix.size() >= n_predict) return rest::plain_trace{};
+        std::vector<rest::token_id> p(prompt.begin(), prompt.end());
+        p.insert(p.end(), prefix.begin(), prefix.end());
+        try {
+            method_run r = plain.run(p, n_predict - (std::int32_t) prefix.size(), greedy);
+            return rest::plain_trace{std::move(r.tokens), std::move(r.runner_up), std::move(r.top2_gaps)};
+        } catch (const rest::user_error &) {
+            return rest::plain_trace{};  // prompt + prefix fill the context: plain would emit nothing more
+        }
+    };
+    for (size_t m = 0; m < row.size(); ++m) {
+        if (!row[m].ran || (int) m == reference) continue;
+        row[m].verdict = rest::compare_to_plain(trace, row[m].run.tokens, k_near_tie_eps, resume);
+        row[m].judged  = true;
+    }
+}
+
 std::vector<method_summary> summarize(const std::vector<method_spec> & methods, const std::vector<bench_case> & cases,
                                       const std::vector<std::vector<bench_cell>> & cells, int reference) {
     std::vector<method_summary> out(methods.size());
@@ -92,18 +118,21 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
                 ref_us += decode_us(ref.stats);
                 cmp_us += decode_us(st);
                 ++s.n_compared;
-                const auto & a = ref.tokens;
-                const auto & b = cell.run.tokens;
-                const size_t n = std::min(a.size(), b.size());
-                size_t       i = 0;
-                while (i < n && a[i] == b[i]) ++i;
-                if (i == n && a.size() == b.size()) {
-                    ++s.n_equal;
-                } else {
-                    diff = (std::int32_t) i;
-                    if (i < ref.top2_gaps.size()) {
-                        gap = ref.top2_gaps[i];
-                        s.n_near_tie += gap < k_near_tie_eps ? 1 : 0;
+                if (cell.judged) {
+                    const rest::exactness_verdict & v = cell.verdict;
+                    s.n_equal += v.exact();
+                    s.n_near_tie += v.ok && !v.exact();
+                    s.n_near_tie_divergences += v.near_ties;
+                    diff = v.first_divergence;
+                    gap  = v.gap_at_first >= 0 ? v.gap_at_first : k_nan;
+                } else {  // sampled: same-seed identity, token for token
+                    const auto & a = ref.tokens;
+                    const auto & b = cell.run.tokens;
+                    const auto   mm = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+                    if (mm.first == a.end() && mm.second == b.end()) {
+                        ++s.n_equal;
+                    } else {
+                        diff = (std::int32_t) (mm.first - a.begin());
                     }
                 }
             }
@@ -203,6 +232,7 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
         x["n_equal_plain"]       = s.n_equal;
         x["n_compared"]          = s.n_compared;
         x["n_near_tie"]          = s.n_near_tie;
+        x["n_near_tie_divergences"] = s.n_near_tie_divergences;
         x["output_equals_plain"] = s.n_compared > 0 && s.n_equal == s.n_compared;
         x["output_equals_plain_but_near_ties"] = s.n_compared > 0 && s.n_equal + s.n_near_tie == s.n_compared;
         nlohmann::json sp        = nlohmann::json::array();

@@ -40,16 +40,19 @@ token_id argmax(std::span<const float> logits);
 
 // Greedy sampling that also records each step's gap between the two largest logits, so a divergence from plain
 // decoding can be told apart from a float near-tie (batched decodes round differently from single-token ones).
-// Picks the same token as argmax. The caller owns `gaps`, which must outlive the sampler.
+// Picks the same token as argmax; also records the runner-up when given a vector for it (the strict comparison in
+// rest/exactness.h needs both). The caller owns the vectors, which must outlive the sampler.
 class gap_recording_sampler final : public token_sampler {
   public:
-    explicit gap_recording_sampler(std::vector<float> & gaps) : gaps_(gaps) {}
+    explicit gap_recording_sampler(std::vector<float> & gaps, std::vector<token_id> * runner_up = nullptr)
+        : gaps_(gaps), runner_up_(runner_up) {}
     token_id sample(std::span<const float> logits) override;
     void accept(token_id) override {}
     bool is_greedy() const override { return true; }
 
   private:
-    std::vector<float> & gaps_;
+    std::vector<float> &    gaps_;
+    std::vector<token_id> * runner_up_;
 };
 
 class greedy_sampler final : public token_sampler {

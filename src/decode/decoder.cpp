@@ -413,20 +413,23 @@ void decoder::run(request & r, std::span<const token_id> prompt) {
 token_id gap_recording_sampler::sample(std::span<const float> l) {
     // One pass for the argmax (first index of the largest logit, as argmax()) and the runner-up.
     float  a = -INFINITY, b = -INFINITY;
-    size_t ia = 0;
+    size_t ia = 0, ib = 0;
     for (size_t i = 0; i < l.size(); ++i) {
         const float v = l[i];
         if (v > b) {
             if (v > a) {
                 b  = a;
+                ib = ia;
                 a  = v;
                 ia = i;
             } else {
-                b = v;
+                b  = v;
+                ib = i;
             }
         }
     }
     gaps_.push_back(a - b);
+    if (runner_up_) runner_up_->push_back((token_id) ib);
     return (token_id) ia;
 }
 

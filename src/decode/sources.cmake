@@ -5,4 +5,5 @@ set(REST_DECODE_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/online-budget.cpp
     ${CMAKE_CURRENT_LIST_DIR}/logprobs.cpp
     ${CMAKE_CURRENT_LIST_DIR}/slot-batch.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/exactness.cpp
 )
