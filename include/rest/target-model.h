@@ -64,6 +64,8 @@ class target_model {
     virtual void clear(std::int32_t slot) = 0;
     // Number of forward passes (decode and prefill calls that reached the model) so far.
     virtual std::int64_t n_forward() const = 0;
+    // Accepted tokens decoded a second time because their KV cells were out of position order (tree layout).
+    virtual std::int64_t n_recomputed() const { return 0; }
 };
 
 }  // namespace rest

@@ -22,6 +22,23 @@ llama_flash_attn_type flash_attn_type(std::int32_t setting, llama_target::hints 
     return h.quantized ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
 }
 
+// Position of each node in a depth-first (preorder) walk of the tree, children in index order.
+std::vector<int32_t> depth_first_positions(std::span<const int32_t> parents) {
+    const int32_t n = (int32_t) parents.size();
+    std::vector<std::vector<int32_t>> children(n + 1);  // children[0]: the root's; children[i + 1]: node i's
+    for (int32_t i = 0; i < n; ++i) children[parents[i] + 1].push_back(i);
+    std::vector<int32_t> pos(n), stack;
+    for (auto it = children[0].rbegin(); it != children[0].rend(); ++it) stack.push_back(*it);
+    int32_t next = 0;
+    while (!stack.empty()) {
+        const int32_t v = stack.back();
+        stack.pop_back();
+        pos[v] = next++;
+        for (auto it = children[v + 1].rbegin(); it != children[v + 1].rend(); ++it) stack.push_back(*it);
+    }
+    return pos;
+}
+
 }  // namespace
 
 llama_target::llama_target(llama_model * model, const context_params & params, hints h) {
@@ -66,6 +83,7 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     n_vocab_    = llama_vocab_n_tokens(llama_model_get_vocab(model));
     n_ctx_slot_ = (int32_t) llama_n_ctx(ctx_.get()) / n_slots_;
     n_past_.assign(n_slots_, 0);
+    pending_.assign(n_slots_, {});
     batch_ = llama_batch_init(n_batch_, 0, n_seq_max_);
 }
 
@@ -73,7 +91,17 @@ llama_target::~llama_target() {
     llama_batch_free(batch_);
 }
 
-void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens) {
+void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens_in) {
+    // Tokens a tree commit left pending (not yet in the KV memory) come first.
+    std::vector<token_id> joined;
+    std::span<const token_id> tokens = tokens_in;
+    if (!pending_[slot].empty()) {
+        joined = std::move(pending_[slot]);
+        pending_[slot].clear();
+        n_past_[slot] -= (int32_t) joined.size();
+        joined.insert(joined.end(), tokens_in.begin(), tokens_in.end());
+        tokens = joined;
+    }
     if (n_past_[slot] + (int32_t) tokens.size() > n_ctx_slot_) {
         throw user_error("the prompt (" + std::to_string(tokens.size()) + " tokens) does not fit the context (" +
                          std::to_string(n_ctx_slot_) + " positions per slot)");
@@ -113,7 +141,7 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
 
     int32_t n_rows = 0;
     for (const auto & r : requests) {
-        n_rows += 1 + (int32_t) r.tokens.size();
+        n_rows += 1 + (int32_t) r.tokens.size() + (trees_ ? (int32_t) pending_[r.slot].size() : 0);
     }
     if (n_rows > n_batch_) {
         return decode_status::no_memory;
@@ -128,6 +156,8 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         lo.slot = r.slot;
         lo.row0 = row;
         lo.leaf_seq.assign(n, -1);
+        lo.pos_of.clear();
+        lo.tokens.assign(r.tokens.begin(), r.tokens.end());
 
         const llama_pos p0  = n_past_[r.slot];
         auto            put = [&](token_id tok, llama_pos pos, std::span<const llama_seq_id> ids) {
@@ -152,6 +182,12 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
             }
             continue;
         }
+
+        // Rows follow a depth-first order of the tree, first children first (the drafter lists the best child
+        // first), so the best path sits in consecutive rows right after the root: see commit().
+        lo.pos_of = depth_first_positions(r.parents);
+        std::vector<int32_t> node_at(n);
+        for (int32_t i = 0; i < n; ++i) node_at[lo.pos_of[i]] = i;
 
         // Leaves (nodes nobody names as parent) each borrow a sequence id; the ids propagate to every ancestor.
         std::vector<char> has_child(n, 0);
@@ -179,8 +215,17 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
             }
             root_seqs.push_back(s);
         }
+        // Accepted tokens whose cells a previous commit dropped (they were out of place) go first, seen by every
+        // node of the tree; their logits are not needed.
+        const std::vector<token_id> & pend = pending_[r.slot];
+        for (size_t j = 0; j < pend.size(); ++j) {
+            put(pend[j], p0 - (llama_pos) (pend.size() - j), root_seqs);
+            batch_.logits[row - 1] = 0;
+        }
+        lo.row0 = row;
         put(r.root, p0, root_seqs);
-        for (int32_t i = 0; i < n; ++i) {
+        for (int32_t k = 0; k < n; ++k) {
+            const int32_t i = node_at[k];
             put(r.tokens[i], p0 + r.depths[i], seqs[i]);
         }
     }
@@ -200,7 +245,9 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
 }
 
 std::span<const float> llama_target::logits(std::int32_t request, std::int32_t node) const {
-    const float * p = llama_get_logits_ith(ctx_.get(), layout_[request].row0 + 1 + node);
+    const request_layout & lo = layout_[request];
+    const int32_t row = lo.row0 + (node < 0 ? 0 : 1 + (lo.pos_of.empty() ? node : lo.pos_of[node]));
+    const float * p = llama_get_logits_ith(ctx_.get(), row);
     return {p, (size_t) n_vocab_};
 }
 
@@ -210,11 +257,23 @@ void llama_target::commit(std::int32_t request, std::span<const std::int32_t> pa
     if (!trees_) {
         // The chain sits in the slot's sequence: keep the root and the accepted prefix, drop the rest.
         llama_memory_seq_rm(mem_, lo.slot, p0 + 1 + (llama_pos) path.size(), -1);
-    } else if (!path.empty()) {
-        // The borrowed id of a leaf below the last accepted node tags exactly the accepted path (plus deeper,
-        // rejected nodes at higher positions, which the range excludes).
-        const int32_t s = lo.leaf_seq[path.back()];
-        llama_memory_seq_cp(mem_, s, lo.slot, p0 + 1, p0 + 1 + (llama_pos) path.size());
+    } else {
+        // Bit-exactness with plain decoding needs the slot's cells in position order with no holes among them
+        // (attention sums over cells in cell order). Nodes sit in consecutive cells in row order, so the accepted
+        // path keeps its cells only as far as it follows the first rows; the rest of it is dropped here and decoded
+        // again, in place, at the head of the next batch (pending_).
+        size_t m = 0;
+        while (m < path.size() && lo.pos_of[path[m]] == (int32_t) m) ++m;
+        if (m > 0) {
+            // The borrowed id of a leaf below the last kept node tags exactly the kept path (plus deeper nodes at
+            // higher positions, which the range excludes).
+            const int32_t s = lo.leaf_seq[path[m - 1]];
+            llama_memory_seq_cp(mem_, s, lo.slot, p0 + 1, p0 + 1 + (llama_pos) m);
+        }
+        std::vector<token_id> & pend = pending_[lo.slot];
+        pend.clear();
+        for (size_t j = m; j < path.size(); ++j) pend.push_back(lo.tokens[path[j]]);
+        n_recomputed_ += (std::int64_t) pend.size();
     }
     for (int32_t s : lo.borrowed) {
         llama_memory_seq_rm(mem_, s, -1, -1);
@@ -235,6 +294,7 @@ void llama_target::release_borrowed() {
 void llama_target::clear(std::int32_t slot) {
     llama_memory_seq_rm(mem_, slot, -1, -1);
     n_past_[slot] = 0;
+    pending_[slot].clear();
 }
 
 }  // namespace rest

@@ -10,6 +10,11 @@
 // only tags existing cells, it copies no data), and every tree node carries the ids of all leaves below it, so its
 // first id's mask shows it exactly the prefix and its ancestors. After acceptance the accepted path is tagged with
 // the slot's id and the borrowed ids are removed, which frees every rejected cell.
+//
+// Bit-exactness: rows are laid out depth first (the best path right after the root), so the accepted path usually
+// sits in consecutive cells after the slot's earlier ones. Where it leaves that path, commit keeps only the part in
+// place and decodes the rest again at the head of the next batch, so a slot's cells are always in position order
+// with no holes among them, as in plain decoding (attention sums over cells in cell order).
 #pragma once
 
 #include "llama-cpp.h"
@@ -46,6 +51,7 @@ class llama_target final : public target_model {
     void commit(std::int32_t request, std::span<const std::int32_t> path) override;
     void clear(std::int32_t slot) override;
     std::int64_t n_forward() const override { return n_forward_; }
+    std::int64_t n_recomputed() const override { return n_recomputed_; }
 
   private:
     struct request_layout {
@@ -53,6 +59,8 @@ class llama_target final : public target_model {
         std::int32_t              row0 = 0;     // batch row of the root; node i is row0 + 1 + i
         std::vector<std::int32_t> leaf_seq;     // node -> borrowed seq id of one leaf below it (-1: none yet)
         std::vector<std::int32_t> borrowed;     // seq ids lent to this request
+        std::vector<std::int32_t> pos_of;       // trees: node -> its place in the rows after the root
+        std::vector<token_id>     tokens;       // the request's node tokens
     };
 
     void release_borrowed();
@@ -70,7 +78,10 @@ class llama_target final : public target_model {
     std::int32_t                threads_now_ = 1;     // what llama.cpp was last told
     void use_threads(std::int32_t n);
     bool                        trees_ = true;
-    std::vector<std::int32_t>   n_past_;
+    std::vector<std::int32_t>   n_past_;   // per slot: positions emitted so far, pending tokens included
+    std::vector<std::vector<token_id>> pending_;  // trees, per slot: accepted tokens to decode again at the head
+                                                  // of the next batch, so that cells stay in position order
+    std::int64_t                n_recomputed_ = 0;
     std::vector<request_layout> layout_;
     std::int64_t                n_forward_ = 0;
 };
