@@ -6,7 +6,7 @@ rest_add_test(test-server-lifecycle SOURCES test-server-lifecycle.cpp LIBS rest-
 add_dependencies(test-server-api rest-cli)
 add_dependencies(test-server-lifecycle rest-cli)
 
-set(_rest_server_env "REST_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data;REST_BIN=${CMAKE_BINARY_DIR}/bin;REST_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp;RESTCPP_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
+set(_rest_server_env "REST_SHARED_DATA=${REST_SHARED_DATA_DIR};REST_BIN=${CMAKE_BINARY_DIR}/bin;REST_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp;RESTCPP_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
 add_test(NAME test-server-openai-client COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai-client/run.sh)
 set_tests_properties(test-server-openai-client PROPERTIES LABELS server TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "${_rest_server_env}")
