@@ -27,4 +27,10 @@ void add_verify_options(CLI::App * cmd, session_params & sp) {
            "Flash attention: auto (CPU: on for quantized models, off for F32/F16), on, off")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->default_str("auto");
+    for (auto [name, type] : {std::pair{"--cache-type-k", &sp.ctx.cache_type_k}, {"--cache-type-v", &sp.ctx.cache_type_v}}) {
+        cmd->add_option(name, *type,
+                        "KV cache type (llama.cpp's -ctk/-ctv): f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl. "
+                        "On a CPU, q8_0 for both keeps flash-attention outputs bit-exact past 512 cells with 2+ threads")
+            ->capture_default_str();
+    }
 }

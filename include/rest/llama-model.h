@@ -33,6 +33,11 @@ struct context_params {
     // Flash attention: -1 auto (on GPUs llama.cpp decides; on CPUs on for quantized weights, where it makes batched
     // rows bit-identical to single ones, off for F32/F16, where it is slow; see llama-context.cpp), 0 off, 1 on.
     std::int32_t flash_attn = -1;
+    // KV cache types (llama.cpp's -ctk / -ctv): f16 (default), f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl.
+    // On CPUs with flash attention, a quantized or bf16 cache makes every row take the same kernel (llama.cpp splits
+    // an f16 cache over threads for single-row decodes past 512 cells), so outputs stay bit-exact at any length.
+    std::string cache_type_k = "f16";
+    std::string cache_type_v = "f16";
 };
 
 struct model_info {

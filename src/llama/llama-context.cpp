@@ -39,6 +39,19 @@ std::vector<int32_t> depth_first_positions(std::span<const int32_t> parents) {
     return pos;
 }
 
+ggml_type kv_cache_type(const std::string & name, const char * which) {
+    static const std::pair<const char *, ggml_type> k_types[] = {
+        {"f16", GGML_TYPE_F16},   {"f32", GGML_TYPE_F32},   {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
+        {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
+        {"iq4_nl", GGML_TYPE_IQ4_NL},
+    };
+    for (const auto & [n, t] : k_types) {
+        if (name == n) return t;
+    }
+    throw user_error(std::string("unknown ") + which + " '" + name +
+                     "' (f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+}
+
 }  // namespace
 
 llama_target::llama_target(llama_model * model, const context_params & params, hints h) {
@@ -75,6 +88,8 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     n_threads_ = decode_threads_ = threads_now_ = n_threads;
     cp.no_perf         = true;
     cp.flash_attn_type = flash_attn_type(params.flash_attn, h);
+    cp.type_k          = kv_cache_type(params.cache_type_k, "--cache-type-k");
+    cp.type_v          = kv_cache_type(params.cache_type_v, "--cache-type-v");
     ctx_.reset(llama_init_from_model(model, cp));
     if (!ctx_) {
         throw user_error("cannot create a llama.cpp context (n_ctx " + std::to_string(n_ctx) + "): " + llama_last_error());
