@@ -9,3 +9,4 @@ rest_add_test(test-cli-generate SOURCES test-cli-generate.cpp LIBS rest-llama LA
 add_test(NAME test-llama-dir-build COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/llama-dir-build.sh
          ${PROJECT_SOURCE_DIR} ${RESTCPP_LLAMA_SOURCE} ${CMAKE_BINARY_DIR}/test-tmp)
 set_tests_properties(test-llama-dir-build PROPERTIES LABELS "build;slow" TIMEOUT 1800)
+rest_add_test(test-llama-sampling-real SOURCES test-llama-sampling-real.cpp LIBS rest-llama LABELS llama)

@@ -9,12 +9,15 @@
 #include "fake-model.h"
 #include "llama/llama-sampler.h"
 #include "rest/drafter.h"
+#include "sampling-stats.h"
 
 #include <cmath>
 #include <map>
 #include <numeric>
 
 using namespace rest;
+using rest_test::chi2;
+using rest_test::chi2_critical;
 using rest_test::fake_target;
 
 namespace {
@@ -127,29 +130,6 @@ int cell(const std::vector<token_id> & t) {
     int c = 0;
     for (int i = 0; i < k_len; ++i) c = c * k_vocab + t[i];
     return c;
-}
-
-// Two-sample chi-square statistic and degrees of freedom over cells; sparse cells are pooled.
-std::pair<double, int> chi2(const std::vector<int> & a, const std::vector<int> & b) {
-    const double na = std::accumulate(a.begin(), a.end(), 0.0), nb = std::accumulate(b.begin(), b.end(), 0.0);
-    double stat = 0, pa = 0, pb = 0;
-    int df = -1;
-    auto add = [&](double x, double y) {
-        const double t = x + y, ea = t * na / (na + nb), eb = t * nb / (na + nb);
-        stat += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
-        ++df;
-    };
-    for (size_t i = 0; i < a.size(); ++i) {
-        if (a[i] + b[i] >= 10) add(a[i], b[i]); else { pa += a[i]; pb += b[i]; }
-    }
-    if (pa + pb > 0) add(pa, pb);
-    return {stat, df};
-}
-
-// Upper 0.001 quantile of chi-square(df), Wilson-Hilferty approximation.
-double chi2_critical(int df) {
-    const double z = 3.090, k = df;
-    return k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
 }
 
 class sampling_exactness : public ::testing::TestWithParam<int> {};
