@@ -189,9 +189,10 @@ std::string markdown_table(const std::vector<method_summary> & sums, const nlohm
         o << "\n";
     }
     o << "M: generated tokens / target forward passes, the prompt's included. Speedup: plain's decode ms/token over "
-         "the method's, per prompt. output = plain: prompts whose greedy output equals plain's token for token (a "
-         "near-tie: the first difference is where plain's top two logits are within 0.01, float rounding of batched "
-         "decodes).\n\n";
+         "the method's, per prompt. output = plain: prompts whose greedy output equals plain's token for token; "
+         "+N near-tie: prompts that differ only where plain's top two logits are within 0.01 and the method took "
+         "plain's runner-up, each checked against plain resumed from the method's prefix (float rounding of batched "
+         "decodes); DIFFER: any other difference.\n\n";
     if (meta.contains("summary_line")) {
         o << meta["summary_line"].get<std::string>() << "\n";
     }
