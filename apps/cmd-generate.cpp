@@ -39,6 +39,7 @@ nlohmann::json stats_json(const run_result & r, const rest::tokenizer & tok) {
     j["n_drafted"]          = s.n_drafted;
     j["n_accepted"]         = s.n_accepted;
     j["accepted_prediction_tokens"] = s.n_prediction_accepted;
+    j["n_recomputed"]       = s.n_recomputed;
     j["rejected_prediction_tokens"] = s.n_prediction_rejected;
     j["accept_hist"]        = s.accept_hist;
     j["budget_hist"]        = s.budget_hist;

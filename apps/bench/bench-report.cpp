@@ -102,6 +102,7 @@ std::vector<method_summary> summarize(const std::vector<method_spec> & methods, 
             s.n_drafted += st.n_drafted;
             s.n_accepted += st.n_accepted;
             s.n_prediction_accepted += st.n_prediction_accepted;
+            s.n_recomputed += st.n_recomputed;
             s.n_prediction_rejected += st.n_prediction_rejected;
             dec_us += decode_us(st);
             draft_us += st.t_draft_us;
@@ -214,6 +215,7 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
         x["n_drafted"]           = s.n_drafted;
         x["n_accepted"]          = s.n_accepted;
         x["accepted_prediction_tokens"] = s.n_prediction_accepted;
+        x["n_recomputed"]        = s.n_recomputed;
         x["rejected_prediction_tokens"] = s.n_prediction_rejected;
         x["M"]                   = num(s.M);
         x["M_prompt_mean"]       = num(s.M_prompt_mean);

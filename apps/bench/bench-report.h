@@ -33,6 +33,7 @@ struct method_summary {
     std::int64_t n_cases = 0;
     std::int64_t n_tokens = 0, n_forward = 0, n_steps = 0, n_drafted = 0, n_accepted = 0;
     std::int64_t n_prediction_accepted = 0, n_prediction_rejected = 0;  // rest+pred methods
+    std::int64_t n_recomputed = 0;  // tree layout: accepted tokens decoded again to keep KV cells in order
     double M = 0;               // sum tokens / sum forward passes, prompt chunks included
     double M_prompt_mean = 0;   // mean over cases of per-case M (llama-lookup's reports use this)
     double ms_per_token = 0;    // median over cases of decode-phase ms per token

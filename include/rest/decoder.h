@@ -41,6 +41,9 @@ struct generation_stats {
     // accepted_prediction_tokens / rejected_prediction_tokens). A node other sources proposed too counts here.
     std::int64_t n_prediction_accepted = 0;
     std::int64_t n_prediction_rejected = 0;
+    // Accepted tokens decoded a second time in the next pass, to keep the slot's KV cells in position order
+    // (tree layout, where the accepted path left the first rows: target_model::n_recomputed).
+    std::int64_t n_recomputed = 0;
     std::vector<std::int64_t> accept_hist;  // [k] = steps that accepted k draft tokens
     std::vector<std::int64_t> budget_hist;  // [n] = steps that verified n draft nodes
     double t_prefill_us = 0;

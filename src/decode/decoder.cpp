@@ -65,6 +65,7 @@ void generation_stats::add(const generation_stats & o) {
     n_accepted += o.n_accepted;
     n_prediction_accepted += o.n_prediction_accepted;
     n_prediction_rejected += o.n_prediction_rejected;
+    n_recomputed += o.n_recomputed;
     for (size_t k = 0; k < o.accept_hist.size(); ++k) {
         if (accept_hist.size() <= k) accept_hist.resize(k + 1, 0);
         accept_hist[k] += o.accept_hist[k];
@@ -339,7 +340,9 @@ std::int64_t decoder::walk() {
                 break;
             }
         }
+        const std::int64_t recomputed = model_.n_recomputed();
         model_.commit((std::int32_t) i, path_);
+        r.stats.n_recomputed += model_.n_recomputed() - recomputed;
         if (policy_ && !tree.empty()) {
             policy_->observe_acceptance(tree, n_real_[i], path_);  // padding says nothing about drafts
         }
