@@ -29,8 +29,9 @@ void add_verify_options(CLI::App * cmd, session_params & sp) {
         ->default_str("auto");
     for (auto [name, type] : {std::pair{"--cache-type-k", &sp.ctx.cache_type_k}, {"--cache-type-v", &sp.ctx.cache_type_v}}) {
         cmd->add_option(name, *type,
-                        "KV cache type (llama.cpp's -ctk/-ctv): f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl. "
-                        "On a CPU, q8_0 for both keeps flash-attention outputs bit-exact past 512 cells with 2+ threads")
+                        "KV cache type (llama.cpp's -ctk/-ctv). "
+                        "On a CPU, bf16 for both keeps flash-attention outputs bit-exact past 512 cells with 2+ threads")
+            ->check(CLI::IsMember({"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}))
             ->capture_default_str();
     }
 }

@@ -46,16 +46,12 @@ inline greedy_run generate_greedy(const rest::model & m, rest::target_model & ct
     return out;
 }
 
-// Plain greedy decoding on ctx resumed after prompt + prefix, for the n - |prefix| tokens the original run of n had
-// left (the context limit is the same, so it also stops where the original would have).
+// Plain greedy decoding on ctx resumed after prefix, for the run of n tokens after prompt (rest/exactness.h).
 inline rest::plain_resume resume_plain(const rest::model & m, rest::target_model & ctx,
                                        std::span<const rest::token_id> prompt, int n) {
     std::vector<rest::token_id> p(prompt.begin(), prompt.end());
     return [&m, &ctx, p, n](std::span<const rest::token_id> prefix) {
-        std::vector<rest::token_id> q = p;
-        q.insert(q.end(), prefix.begin(), prefix.end());
-        if ((int) prefix.size() >= n) return rest::plain_trace{};
-        return generate_greedy(m, ctx, q, n - (int) prefix.size(), nullptr, 0, nullptr).trace();
+        return rest::resume_plain_greedy(ctx, p, n, prefix, [&m](rest::token_id t) { return m.is_eog(t); });
     };
 }
 

@@ -3,6 +3,7 @@
 // speculative outputs that flip to the runner-up at near-ties (and then follow plain resumed from there), and fail on
 // a truncated or longer output, a divergence where plain is not near a tie, a flip to a token other than the
 // runner-up, and a second, real divergence after an allowed one. The tests' near-tie bound must fail when exceeded.
+#include "fake-model.h"
 #include "rest/exactness.h"
 #include "strict-compare.h"
 
@@ -102,6 +103,16 @@ std::size_t find_step(const plain_trace & p, bool near_tie, std::size_t from = 0
     return p.gaps.size();
 }
 
+TEST(exactness, divergence_where_plain_recorded_no_gap_fails) {
+    plain_trace p = plain_run({}, 30, 6);
+    auto spec     = p.tokens;
+    spec[3]       = p.runner_up[3];
+    p.gaps.resize(3);  // a run recorded without its top-2 (e.g. a sampled one)
+    const auto v = compare_to_plain(p, spec, k_eps, resumer(30, 6));
+    EXPECT_FALSE(v.ok);
+    EXPECT_NE(v.why.find("no top-2 gap"), std::string::npos) << v.why;
+}
+
 TEST(exactness, divergence_without_a_near_tie_fails) {
     const plain_trace p = plain_run({}, 60, 3);
     const std::size_t k = find_step(p, false, 5);
@@ -146,6 +157,37 @@ TEST(exactness, a_real_divergence_after_an_allowed_one_fails) {
         return;
     }
     FAIL() << "no salt gave a usable case";
+}
+
+// resume_plain_greedy replays the prefix through single-row plain passes: its tokens are the greedy continuation
+// after prompt + prefix, with a top-2 record per token, and a run that fills the context (n_predict -1) resumes to
+// the same end as the original run.
+TEST(exactness, resume_replays_the_prefix_and_continues_greedily) {
+    for (const int n_predict : {40, -1}) {
+        rest_test::fake_target m(30, 64, 1, 9);
+        const std::vector<token_id> prompt = {1, 2, 3};
+        greedy_sampler greedy;
+        request r;
+        r.params.n_predict = n_predict;
+        r.sampler          = &greedy;
+        decoder(m, nullptr).run(r, prompt);
+        const std::vector<token_id> full = r.output;
+        ASSERT_GT(full.size(), 20u);
+        for (const size_t k : {(size_t) 0, (size_t) 5, full.size() - 2, full.size() - 1, full.size()}) {
+            std::vector<token_id> prefix(full.begin(), full.begin() + (std::ptrdiff_t) k);
+            if (k > 0) prefix.back() = (prefix.back() + 1) % 30;  // a different token there, as after a near-tie
+            const plain_trace t = resume_plain_greedy(m, prompt, n_predict, prefix, {});
+            std::vector<token_id> ctx = prompt, want;
+            ctx.insert(ctx.end(), prefix.begin(), prefix.end());
+            while (prefix.size() + want.size() < full.size()) {  // same end: n_predict or the context
+                want.push_back(argmax(m.logits_for(ctx)));
+                ctx.push_back(want.back());
+            }
+            EXPECT_EQ(t.tokens, want) << "n_predict " << n_predict << ", prefix " << k;
+            EXPECT_EQ(t.gaps.size(), t.tokens.size());
+            EXPECT_EQ(t.runner_up.size(), t.tokens.size());
+        }
+    }
 }
 
 TEST(exactness, near_tie_count_over_the_bound_fails) {

@@ -307,6 +307,7 @@ inline std::vector<nlohmann::json> generate_no_spec(const std::string & model, c
 // Lossless greedy check through the strict comparison (strict-compare.h): got may leave want only at a near-tie of
 // plain decoding to its runner-up, after which it is compared with plain decoding resumed from got's prefix. want is
 // the server's own plain output; it is regenerated here on a fresh single-slot context to get its top-2 record.
+// (A request that stopped on max_tokens and one that stopped on EOG are told apart by the lengths alone.)
 // Returns "" when got is acceptable (counting such near-ties), else what differs.
 inline std::string check_greedy(const rest::model & m, const std::string & prompt_text, const std::vector<int> & got,
                                 const std::vector<int> & want, int * n_near_ties = nullptr, float eps = k_tie_eps) {
@@ -324,7 +325,10 @@ inline std::string check_greedy(const rest::model & m, const std::string & promp
         return "the server's plain output is not what plain decoding gives here (" + std::to_string(want.size()) +
                " vs " + std::to_string(plain.tokens.size()) + " tokens)";
     }
-    const rest::exactness_verdict v = rest::compare_to_plain(plain.trace(), got, eps, resume_plain(m, *ctx, prompt, n));
+    // The request's own limit is not known here: resumed runs may go as far as the longer output.
+    const int n_resume = (int) std::max(want.size(), got.size());
+    const rest::exactness_verdict v =
+        rest::compare_to_plain(plain.trace(), got, eps, resume_plain(m, *ctx, prompt, n_resume));
     if (!v.ok) {
         return v.why;
     }

@@ -102,6 +102,12 @@ class plain_runner final : public method_runner {
         return out;
     }
 
+    rest::plain_trace resume_greedy(std::span<const rest::token_id> prompt, std::int32_t n_predict,
+                                    std::span<const rest::token_id> prefix) override {
+        return rest::resume_plain_greedy(*ctx_, prompt, n_predict, prefix,
+                                         [this](rest::token_id t) { return s_.model().is_eog(t); });
+    }
+
   private:
     static rest::context_params plain_context(rest::context_params cp) {
         cp.trees = false;

@@ -18,12 +18,14 @@
 // no method sees another's outputs, and a method's history holds only earlier prompts.
 #pragma once
 
+#include "rest/exactness.h"
 #include "rest/llama-model.h"
 
 #include "../session.h"
 #include "llama-baselines.h"
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,12 @@ class method_runner {
     // prediction: a predicted output, used by the methods that draft from one (the others ignore it).
     virtual method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict,
                            const rest::sampler_params & sampling, std::span<const rest::token_id> prediction = {}) = 0;
+    // Plain greedy decoding resumed after prefix (rest::resume_plain_greedy): only the plain method has it.
+    virtual rest::plain_trace resume_greedy(std::span<const rest::token_id> prompt, std::int32_t n_predict,
+                                            std::span<const rest::token_id> prefix) {
+        (void) prompt, (void) n_predict, (void) prefix;
+        throw std::logic_error("only the plain method resumes plain decoding");
+    }
 };
 
 // static_cache is needed by ngram-cache only (may be null otherwise).

@@ -58,18 +58,8 @@ void judge_case(std::vector<bench_cell> & row, int reference, method_runner & pl
     const method_run & ref = row[(size_t) reference].run;
     if (ref.top2_gaps.size() != ref.tokens.size() || ref.runner_up.size() != ref.tokens.size()) return;  // sampled
     const rest::plain_trace trace{ref.tokens, ref.runner_up, ref.top2_gaps};
-    rest::sampler_params    greedy;
-    greedy.temp = 0;
     const rest::plain_resume resume = [&](std::span<const rest::token_id> prefix) {
-        if ((std::int32_t) prefix.size() >= n_predict) return rest::plain_trace{};
-        std::vector<rest::token_id> p(prompt.begin(), prompt.end());
-        p.insert(p.end(), prefix.begin(), prefix.end());
-        try {
-            method_run r = plain.run(p, n_predict - (std::int32_t) prefix.size(), greedy);
-            return rest::plain_trace{std::move(r.tokens), std::move(r.runner_up), std::move(r.top2_gaps)};
-        } catch (const rest::user_error &) {
-            return rest::plain_trace{};  // prompt + prefix fill the context: plain would emit nothing more
-        }
+        return plain.resume_greedy(prompt, n_predict, prefix);
     };
     for (size_t m = 0; m < row.size(); ++m) {
         if (!row[m].ran || (int) m == reference) continue;

@@ -9,6 +9,7 @@
 // runs stop on the same conditions, so a stop cannot explain it). Callers bound the number of allowed divergences.
 #pragma once
 
+#include "rest/target-model.h"
 #include "rest/types.h"
 
 #include <cstdint>
@@ -39,7 +40,16 @@ struct exactness_verdict {
 // length as the original plain run, with their runner-ups and gaps.
 using plain_resume = std::function<plain_trace(std::span<const token_id> prefix)>;
 
+// A failure because one output stops where the other goes on reports first_divergence at the shorter one's end.
+// Exceptions from resume propagate.
 exactness_verdict compare_to_plain(const plain_trace & plain, std::span<const token_id> spec, float eps,
                                    const plain_resume & resume);
+
+// Plain greedy decoding on ctx, resumed after `prefix` the way plain decoding computes it: the original prompt is
+// processed as before and the prefix is replayed one token per single-row pass (so the logits are plain's
+// arithmetic, not a batched prefill's, and a context that the original run filled is filled the same way); then
+// greedy with the top-2 record, until n_predict tokens in all (< 0: until EOG or the context's end).
+plain_trace resume_plain_greedy(target_model & ctx, std::span<const token_id> prompt, std::int32_t n_predict,
+                                std::span<const token_id> prefix, const std::function<bool(token_id)> & is_eog);
 
 }  // namespace rest

@@ -7,6 +7,9 @@
 // [0, n_past). A step decodes, for each participating slot, its root (the last emitted token, not yet in memory)
 // at position n_past and its draft nodes at n_past + depth, every node attending only to the committed prefix and
 // its own ancestors. commit() then keeps the root and the accepted path and forgets every other node.
+// An implementation may keep some committed tokens out of memory until the next decode() or prefill() of the slot
+// (the llama.cpp tree layout does, to keep cells in position order); n_past counts them all the same, and they may
+// add rows beyond n_rows_max to that pass (the adapter then decodes them in a pass of their own).
 #pragma once
 
 #include "rest/types.h"
@@ -64,7 +67,8 @@ class target_model {
     virtual void clear(std::int32_t slot) = 0;
     // Number of forward passes (decode and prefill calls that reached the model) so far.
     virtual std::int64_t n_forward() const = 0;
-    // Accepted tokens decoded a second time because their KV cells were out of position order (tree layout).
+    // Accepted tokens scheduled to be decoded a second time because their KV cells were out of position order
+    // (tree layout; counted at commit, so a request that ends there counts tokens that are then never decoded).
     virtual std::int64_t n_recomputed() const { return 0; }
 };
 

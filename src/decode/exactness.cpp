@@ -1,5 +1,8 @@
 #include "rest/exactness.h"
 
+#include "rest/decoder.h"
+#include "rest/sampler.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -29,6 +32,7 @@ exactness_verdict compare_to_plain(const plain_trace & plain, std::span<const to
         if (i == n) {
             if (rest.size() != ref.tokens.size()) {
                 v.ok  = false;
+                if (v.first_divergence < 0) v.first_divergence = (std::int32_t) at;
                 v.why = "the outputs agree up to token " + std::to_string(at) + ", then one stops: speculative " +
                         std::to_string(spec.size()) + " tokens, plain " + std::to_string(off + ref.tokens.size());
             }
@@ -60,6 +64,42 @@ exactness_verdict compare_to_plain(const plain_trace & plain, std::span<const to
         off = at + 1;
         ref = resume(spec.subspan(0, off));
     }
+}
+
+namespace {
+
+// Emits the prefix, then greedy tokens with their runner-ups and gaps recorded.
+class replay_sampler final : public token_sampler {
+  public:
+    replay_sampler(std::span<const token_id> prefix, plain_trace & out)
+        : prefix_(prefix), greedy_(out.gaps, &out.runner_up) {}
+    token_id sample(std::span<const float> logits) override {
+        return next_ < prefix_.size() ? prefix_[next_++] : greedy_.sample(logits);
+    }
+    void accept(token_id) override {}
+    bool is_greedy() const override { return true; }
+
+  private:
+    std::span<const token_id> prefix_;
+    std::size_t               next_ = 0;
+    gap_recording_sampler     greedy_;
+};
+
+}  // namespace
+
+plain_trace resume_plain_greedy(target_model & ctx, std::span<const token_id> prompt, std::int32_t n_predict,
+                                std::span<const token_id> prefix, const std::function<bool(token_id)> & is_eog) {
+    plain_trace    out;
+    replay_sampler s(prefix, out);
+    decoder        dec(ctx, nullptr);
+    request        r;
+    r.params.n_predict   = n_predict;
+    r.params.n_draft_max = 0;
+    r.sampler            = &s;
+    r.is_eog             = is_eog;
+    dec.run(r, prompt);
+    if (r.output.size() > prefix.size()) out.tokens.assign(r.output.begin() + (std::ptrdiff_t) prefix.size(), r.output.end());
+    return out;
 }
 
 }  // namespace rest

@@ -3,6 +3,7 @@
 #include "llama-util.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <thread>
 
 namespace rest {
@@ -18,8 +19,9 @@ llama_flash_attn_type flash_attn_type(std::int32_t setting, llama_target::hints 
     //    the 1.1B Q8_0/Q4_0 fixtures, enough to flip argmaxes). It is also faster there (t(8)/t(1) 4.6 vs 6.0).
     //  - F32/F16 weights: rows drift slightly either way (matrix-vector vs matrix-matrix kernels), and the plain
     //    attention is much faster on small models (stories260K: t(1) 0.18 vs 0.31 ms, t(8)/t(1) 3.0 vs 5.7).
+    //  - a quantized V cache needs flash attention in llama.cpp.
     if (h.offloaded) return LLAMA_FLASH_ATTN_TYPE_AUTO;
-    return h.quantized ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    return h.quantized || h.quantized_v_cache ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
 }
 
 // Position of each node in a depth-first (preorder) walk of the tree, children in index order.
@@ -35,6 +37,9 @@ std::vector<int32_t> depth_first_positions(std::span<const int32_t> parents) {
         stack.pop_back();
         pos[v] = next++;
         for (auto it = children[v + 1].rbegin(); it != children[v + 1].rend(); ++it) stack.push_back(*it);
+    }
+    if (next != n) {
+        throw std::invalid_argument("draft tree: a node's parent does not precede it");
     }
     return pos;
 }
@@ -87,9 +92,10 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     cp.n_threads_batch = n_threads;
     n_threads_ = decode_threads_ = threads_now_ = n_threads;
     cp.no_perf         = true;
-    cp.flash_attn_type = flash_attn_type(params.flash_attn, h);
     cp.type_k          = kv_cache_type(params.cache_type_k, "--cache-type-k");
     cp.type_v          = kv_cache_type(params.cache_type_v, "--cache-type-v");
+    h.quantized_v_cache = ggml_is_quantized(cp.type_v);
+    cp.flash_attn_type = flash_attn_type(params.flash_attn, h);
     ctx_.reset(llama_init_from_model(model, cp));
     if (!ctx_) {
         throw user_error("cannot create a llama.cpp context (n_ctx " + std::to_string(n_ctx) + "): " + llama_last_error());
@@ -107,16 +113,16 @@ llama_target::~llama_target() {
 }
 
 void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens_in) {
-    // Tokens a tree commit left pending (not yet in the KV memory) come first.
-    std::vector<token_id> joined;
-    std::span<const token_id> tokens = tokens_in;
-    if (!pending_[slot].empty()) {
-        joined = std::move(pending_[slot]);
-        pending_[slot].clear();
-        n_past_[slot] -= (int32_t) joined.size();
-        joined.insert(joined.end(), tokens_in.begin(), tokens_in.end());
-        tokens = joined;
+    if (n_past_[slot] + (int32_t) tokens_in.size() > n_ctx_slot_) {
+        throw user_error("the prompt (" + std::to_string(tokens_in.size()) + " tokens) does not fit the context (" +
+                         std::to_string(n_ctx_slot_) + " positions per slot)");
     }
+    // Tokens a tree commit left pending (not yet in the KV memory; n_past_ counts them) come first.
+    std::vector<token_id> joined = std::move(pending_[slot]);
+    pending_[slot].clear();
+    n_past_[slot] -= (int32_t) joined.size();
+    joined.insert(joined.end(), tokens_in.begin(), tokens_in.end());
+    const std::span<const token_id> tokens = joined;
     if (n_past_[slot] + (int32_t) tokens.size() > n_ctx_slot_) {
         throw user_error("the prompt (" + std::to_string(tokens.size()) + " tokens) does not fit the context (" +
                          std::to_string(n_ctx_slot_) + " positions per slot)");
@@ -154,12 +160,20 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
     layout_.clear();
     layout_.resize(requests.size());
 
-    int32_t n_rows = 0;
+    int32_t n_rows = 0, n_pending = 0;
     for (const auto & r : requests) {
-        n_rows += 1 + (int32_t) r.tokens.size() + (trees_ ? (int32_t) pending_[r.slot].size() : 0);
+        n_rows += 1 + (int32_t) r.tokens.size();
+        n_pending += (int32_t) pending_[r.slot].size();
     }
     if (n_rows > n_batch_) {
         return decode_status::no_memory;
+    }
+    if (n_rows + n_pending > n_batch_) {
+        // The decoder sized the pass without the pending rows: decode them first, in a pass of their own.
+        for (const auto & r : requests) {
+            prefill(r.slot, {});
+        }
+        use_threads(decode_threads_);
     }
 
     int32_t next_seq = n_slots_;
@@ -256,6 +270,9 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         release_borrowed();
         throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + ")");
     }
+    for (const auto & r : requests) {
+        pending_[r.slot].clear();  // in the KV memory now; commit() may leave new ones
+    }
     return decode_status::ok;
 }
 
@@ -286,7 +303,6 @@ void llama_target::commit(std::int32_t request, std::span<const std::int32_t> pa
             llama_memory_seq_cp(mem_, s, lo.slot, p0 + 1, p0 + 1 + (llama_pos) m);
         }
         std::vector<token_id> & pend = pending_[lo.slot];
-        pend.clear();
         for (size_t j = m; j < path.size(); ++j) pend.push_back(lo.tokens[path[j]]);
         n_recomputed_ += (std::int64_t) pend.size();
     }

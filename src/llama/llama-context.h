@@ -11,10 +11,12 @@
 // first id's mask shows it exactly the prefix and its ancestors. After acceptance the accepted path is tagged with
 // the slot's id and the borrowed ids are removed, which frees every rejected cell.
 //
-// Bit-exactness: rows are laid out depth first (the best path right after the root), so the accepted path usually
-// sits in consecutive cells after the slot's earlier ones. Where it leaves that path, commit keeps only the part in
-// place and decodes the rest again at the head of the next batch, so a slot's cells are always in position order
-// with no holes among them, as in plain decoding (attention sums over cells in cell order).
+// Bit-exactness (one slot; CPU flash attention sums over cells in cell order): rows are laid out depth first (the
+// best path right after the root), so the accepted path usually sits in consecutive cells after the slot's earlier
+// ones. Where it leaves that path, commit keeps only the part in place and the next decode() puts the rest first
+// (pending_), so the slot's cells stay in position order with no holes among them, as in plain decoding. This
+// rests on llama.cpp's allocator filling the lowest free cells from where seq_rm freed them. With several slots
+// the pool interleaves them and a slot's next rows can land below its earlier ones: not bit-exact.
 #pragma once
 
 #include "llama-cpp.h"
@@ -31,6 +33,7 @@ class llama_target final : public target_model {
     struct hints {
         bool offloaded = false;  // the model runs (partly) on a GPU
         bool quantized = false;  // its weights are quantized (Q8_0, Q4_0, ...)
+        bool quantized_v_cache = false;  // set by the constructor from context_params::cache_type_v
     };
     llama_target(llama_model * model, const context_params & params, hints h);
     ~llama_target() override;
@@ -56,7 +59,7 @@ class llama_target final : public target_model {
   private:
     struct request_layout {
         std::int32_t              slot = 0;
-        std::int32_t              row0 = 0;     // batch row of the root; node i is row0 + 1 + i
+        std::int32_t              row0 = 0;     // batch row of the root; node i is row0 + 1 + pos_of[i] (trees)
         std::vector<std::int32_t> leaf_seq;     // node -> borrowed seq id of one leaf below it (-1: none yet)
         std::vector<std::int32_t> borrowed;     // seq ids lent to this request
         std::vector<std::int32_t> pos_of;       // trees: node -> its place in the rows after the root
