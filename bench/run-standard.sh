@@ -19,7 +19,8 @@
 #   the same for every method; use 1 on a busy machine, where ggml's spinning thread pool degrades badly),
 #   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all five),
 #   REST_LLAMA_TOOLS (llama-bench etc., default ~/.cache/rest.cpp/llama-tools/bin),
-#   REST_BENCH_QUICK=1 (fewer prompts, for a smoke test).
+#   REST_BENCH_QUICK=1 (fewer prompts, for a smoke test), REST_BENCH_NGL=N (adds --ngl N to every `rest bench`:
+#   layers offloaded to a GPU; bench/gpu-check.sh sets it).
 # Takes about 10 minutes on an idle 2-core machine (plus a few minutes once to write the fixtures).
 set -euo pipefail
 
@@ -32,6 +33,7 @@ cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
 parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench llamacpp}
 tools=${REST_LLAMA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/llama-tools/bin}
 quick=${REST_BENCH_QUICK:-0}
+ngl=${REST_BENCH_NGL:-}
 
 [ -x "$bin" ] || { echo "run-standard: no rest binary at $bin (cmake -S . -B build -G Ninja && ninja -C build rest-cli, or set REST_BIN)" >&2; exit 1; }
 [ -f "$data/models/stories260K.gguf" ] || { echo "run-standard: shared data not found at $data (set REST_SHARED_DATA)" >&2; exit 1; }
@@ -69,7 +71,7 @@ bench() {  # part, label, args...
     local part="$1" label="$2"; shift 2
     say "bench $part (load $(load)): $*"
     "$bin" bench --out "$out/$part" --label "$label" -t "$threads" --quiet \
-        --meta "commit=$commit" --meta "uncommitted_changes=$dirty" "$@" >"$out/$part.stdout" 2>>"$log"
+        --meta "commit=$commit" --meta "uncommitted_changes=$dirty" ${ngl:+--ngl "$ngl"} "$@" >"$out/$part.stdout" 2>>"$log"
     "$root/bench/plot.sh" "$out/$part" "$label" 2>>"$log"
 }
 

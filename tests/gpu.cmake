@@ -1,0 +1,5 @@
+# bench/gpu-check.sh (docs/gpu.md) through its --dry-run: refuses to run without a llama.cpp source tree, prints a
+# CUDA configure line that fetches nothing, creates nothing. Needs no GPU; the pinned checkout stands in.
+add_test(NAME test-gpu-check-dry-run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu-check-dry-run.sh
+         ${PROJECT_SOURCE_DIR} ${RESTCPP_LLAMA_SOURCE} ${CMAKE_BINARY_DIR}/test-tmp)
+set_tests_properties(test-gpu-check-dry-run PROPERTIES LABELS "cli" TIMEOUT 60)
