@@ -142,6 +142,7 @@ void run_bench(const bench_args & a) {
     mc.model_path           = a.sp.model_path;
     mc.n_batch              = a.sp.ctx.n_batch;
     mc.n_threads            = a.sp.ctx.n_threads;
+    mc.n_gpu_layers         = a.sp.n_gpu_layers;
     mc.ctx                  = a.sp.ctx;
 
     std::unique_ptr<bench::ngram_static_cache> ngram_static;
@@ -385,6 +386,7 @@ void add_bench_command(CLI::App & root) {
                     "e.g. 1,4,8 (server-style continuous batching, one process)")->delimiter(',');
     cmd->add_option("--reps", a->reps, "--streams: repetitions per stream count")->capture_default_str();
     add_verify_options(cmd, a->sp);
+    cmd->add_option("--ngl,--n-gpu-layers", a->sp.n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->callback([a, cmd] {
         std::string c = "rest bench";

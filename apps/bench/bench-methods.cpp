@@ -193,7 +193,8 @@ class llama_plain_runner final : public method_runner {
   public:
     llama_plain_runner(session & s, const method_config & cfg)
         : plain_(cfg.model_path, s.context().n_ctx_slot(), cfg.n_batch,
-                 cfg.n_threads > 0 ? cfg.n_threads : (std::int32_t) std::thread::hardware_concurrency()) {}
+                 cfg.n_threads > 0 ? cfg.n_threads : (std::int32_t) std::thread::hardware_concurrency(),
+                 cfg.n_gpu_layers, cfg.ctx) {}
     method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
                    std::span<const rest::token_id> prediction) override {
         plain_result pr = plain_.run(std::vector<rest::token_id>(prompt.begin(), prompt.end()), n_predict, sampling);

@@ -55,6 +55,7 @@ struct method_config {
     std::string          model_path;       // for llama-plain
     std::int32_t         n_batch = 512;
     std::int32_t         n_threads = 0;
+    std::int32_t         n_gpu_layers = 0;     // for llama-plain (rest's context has the session's)
     rest::context_params ctx;              // the session's context settings; plain gets its own plain context
 };
 

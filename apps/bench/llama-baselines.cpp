@@ -199,10 +199,10 @@ struct llama_plain::impl {
 };
 
 llama_plain::llama_plain(const std::string & model_path, std::int32_t n_ctx, std::int32_t n_batch,
-                         std::int32_t n_threads)
+                         std::int32_t n_threads, std::int32_t n_gpu_layers, const rest::context_params & types)
     : impl_(std::make_unique<impl>()) {
     llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers       = 0;
+    mp.n_gpu_layers       = n_gpu_layers;
     impl_->model          = llama_model_load_from_file(model_path.c_str(), mp);
     if (!impl_->model) {
         throw rest::user_error("llama-plain: cannot load model '" + model_path + "'");
@@ -214,6 +214,16 @@ llama_plain::llama_plain(const std::string & model_path, std::int32_t n_ctx, std
     cp.n_threads            = n_threads;
     cp.n_threads_batch      = n_threads;
     cp.no_perf              = true;
+    // The names were checked when rest's own context was made; ggml spells every type the same way.
+    auto type_of = [](const std::string & name) {
+        for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+            if (const char * n = ggml_type_name((ggml_type) t); n && name == n) return (ggml_type) t;
+        }
+        return GGML_TYPE_F16;
+    };
+    cp.type_k               = type_of(types.cache_type_k);
+    cp.type_v               = type_of(types.cache_type_v);
+    if (ggml_is_quantized(cp.type_v)) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     // Diagnostics (to tell apart what costs rest's own context its speed): REST_BENCH_LLAMA_PLAIN_NSEQ=N gives this
     // context n_seq_max N, REST_BENCH_LLAMA_PLAIN_UNIFIED=1 a unified KV cache, REST_BENCH_LLAMA_PLAIN_NOUT=N
     // n_outputs_max N (rest's adapter sets all three).

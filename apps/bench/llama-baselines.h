@@ -8,6 +8,7 @@
 
 #include "rest/datastore.h"
 #include "rest/draft-provider.h"
+#include "rest/llama-model.h"
 #include "rest/sampler.h"
 
 #include <cstdint>
@@ -60,7 +61,9 @@ struct plain_result {
 // first, then one token per forward pass.
 class llama_plain {
   public:
-    llama_plain(const std::string & model_path, std::int32_t n_ctx, std::int32_t n_batch, std::int32_t n_threads);
+    // n_gpu_layers and the KV cache types as rest's own context has them, so that both baselines run alike.
+    llama_plain(const std::string & model_path, std::int32_t n_ctx, std::int32_t n_batch, std::int32_t n_threads,
+                std::int32_t n_gpu_layers, const rest::context_params & types);
     ~llama_plain();
     plain_result run(const std::vector<rest::token_id> & prompt, std::int32_t n_predict,
                      const rest::sampler_params & sampling);

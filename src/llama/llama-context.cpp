@@ -44,7 +44,8 @@ std::vector<int32_t> depth_first_positions(std::span<const int32_t> parents) {
     return pos;
 }
 
-ggml_type kv_cache_type(const std::string & name, const char * which) {
+// A KV cache type by llama.cpp's name for it (-ctk / -ctv). The CLI checks names against the same list.
+ggml_type kv_cache_type(const std::string & name) {
     static const std::pair<const char *, ggml_type> k_types[] = {
         {"f16", GGML_TYPE_F16},   {"f32", GGML_TYPE_F32},   {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
         {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
@@ -53,8 +54,7 @@ ggml_type kv_cache_type(const std::string & name, const char * which) {
     for (const auto & [n, t] : k_types) {
         if (name == n) return t;
     }
-    throw user_error(std::string("unknown ") + which + " '" + name +
-                     "' (f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+    throw user_error("unknown KV cache type '" + name + "' (f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
 }
 
 }  // namespace
@@ -92,8 +92,8 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     cp.n_threads_batch = n_threads;
     n_threads_ = decode_threads_ = threads_now_ = n_threads;
     cp.no_perf         = true;
-    cp.type_k          = kv_cache_type(params.cache_type_k, "--cache-type-k");
-    cp.type_v          = kv_cache_type(params.cache_type_v, "--cache-type-v");
+    cp.type_k          = kv_cache_type(params.cache_type_k);
+    cp.type_v          = kv_cache_type(params.cache_type_v);
     h.quantized_v_cache = ggml_is_quantized(cp.type_v);
     cp.flash_attn_type = flash_attn_type(params.flash_attn, h);
     ctx_.reset(llama_init_from_model(model, cp));
