@@ -94,7 +94,8 @@ configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 [ -z "$nvcc" ] || configure+=("-DCMAKE_CUDA_COMPILER=$nvcc")
 if command -v ccache >/dev/null 2>&1; then configure+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache); fi
 build_cmd=(ninja -C "$build" -j "$jobs" rest-cli "${tests[@]}")
-ctest_cmd=(ctest --test-dir "$build" -R "$test_regex" --output-on-failure -j 4 --timeout 900)
+# REST_TEST_NGL: the tests load their models with that many layers offloaded (tests/test-util.h).
+ctest_cmd=(env "REST_TEST_NGL=$ngl" ctest --test-dir "$build" -R "$test_regex" --output-on-failure -j 4 --timeout 900)
 bench_out=$out/bench
 bench_cmd=(env "REST_BIN=$build/bin/rest" "REST_SHARED_DATA=$data" "REST_BENCH_NGL=$ngl" "REST_BENCH_QUICK=$quick"
            "REST_BENCH_PARTS=$parts" "REST_BENCH_CACHE=$build/bench-cache" "$root/bench/run-standard.sh" "$bench_out")

@@ -35,7 +35,8 @@ for want in " -DGGML_CUDA=ON " " -DCMAKE_CUDA_ARCHITECTURES=90 " " -DRESTCPP_LLA
 done
 grep -q '^build: ninja .* rest-cli .*test-llama-verify.*' "$dir/ok.out" || fail "no ninja line with the targets"
 grep -q '^build: .*test-decode-lossless' "$dir/ok.out" || fail "the build skips test-decode-lossless"
-grep -q '^test: ctest .*-R .*test-decode-lossless' "$dir/ok.out" || fail "no ctest line for the lossless tests"
+grep -q '^test: env REST_TEST_NGL=99 ctest .*-R .*test-decode-lossless' "$dir/ok.out" \
+    || fail "no ctest line for the lossless tests, offloaded: $(grep '^test:' "$dir/ok.out")"
 if grep -q '^test: .*test-llama-dir-build' "$dir/ok.out"; then fail "ctest would run test-llama-dir-build"; fi
 grep -q '^bench: .*REST_BENCH_NGL=99 .*bench/run-standard.sh' "$dir/ok.out" || fail "no run-standard line with --ngl 99"
 grep -q 'npm_config_offline=true' "$dir/ok.out" || fail "npm is not told to stay offline"

@@ -91,7 +91,7 @@ TEST_P(fixture_metadata, model_has_the_requested_shape) {
     p.n_head    = c.n_head;
     p.n_head_kv = c.n_head_kv;
     p.n_ff      = c.n_ff;
-    const auto m = model::load(rest_test::fixture_model(p));
+    const auto m = rest_test::load_model(rest_test::fixture_model(p));
     const auto & info = m->info();
     EXPECT_EQ(info.n_layer, c.n_layer);
     EXPECT_EQ(info.n_embd, c.n_embd);
@@ -160,7 +160,7 @@ TEST(plain_decoding, adapter_greedy_equals_direct_llama_greedy) {
         fixture_params p;
         p.vocab = vocab;
         const std::string path = rest_test::fixture_model(p);
-        const auto m = model::load(path);
+        const auto m = rest_test::load_model(path);
         for (const char * text : {"Once upon a time", "def main():", "The quick brown fox"}) {
             const auto prompt = m->vocab().tokenize(text, true, false);
             const auto want   = reference_greedy(path, prompt, 48);
@@ -175,7 +175,7 @@ TEST(plain_decoding, stories260k_once_upon_a_time) {
     if (data.empty()) {
         GTEST_SKIP() << "../shared/data is absent";
     }
-    const auto m      = model::load(data + "/models/stories260K.gguf");
+    const auto m      = rest_test::load_model(data + "/models/stories260K.gguf");
     const auto prompt = m->vocab().tokenize("Once upon a time", true, false);
     const auto out    = adapter_greedy(*m, prompt, 24);
     const std::string text = "Once upon a time" + m->vocab().detokenize(out);
@@ -184,13 +184,13 @@ TEST(plain_decoding, stories260k_once_upon_a_time) {
 
 TEST(model_loading, bad_model_files_are_user_errors) {
     const std::string dir = rest_test::tmp_dir();
-    EXPECT_THROW(model::load(dir + "/missing.gguf"), user_error);
+    EXPECT_THROW(rest_test::load_model(dir + "/missing.gguf"), user_error);
     fixture_params p;
     const std::string good = rest_test::fixture_model(p);
     const std::string cut  = dir + "/truncated.gguf";
     std::filesystem::copy_file(good, cut, std::filesystem::copy_options::overwrite_existing);
     std::filesystem::resize_file(cut, std::filesystem::file_size(good) / 2);
-    EXPECT_THROW(model::load(cut), user_error);
+    EXPECT_THROW(rest_test::load_model(cut), user_error);
 }
 
 }  // namespace

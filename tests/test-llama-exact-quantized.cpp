@@ -52,7 +52,7 @@ workload make_workload(const std::string & type, const setting & set = {}) {
     fp.seed = 31;
     workload w;
     w.set = set;
-    w.m   = model::load(rest_test::fixture_model(fp));
+    w.m   = rest_test::load_model(rest_test::fixture_model(fp));
     auto            plain_ctx = w.m->new_context(set.context(1, false));
     std::mt19937_64 rng(17);
     const int       n_vocab = w.m->info().n_vocab;

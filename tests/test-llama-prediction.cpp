@@ -82,7 +82,7 @@ fixture_setup open_fixture(const std::string & type, std::uint32_t seed, bool tr
     fp.seed         = seed;
     fp.output_scale = output_scale;
     fixture_setup f;
-    f.m = model::load(rest_test::fixture_model(fp));
+    f.m = rest_test::load_model(rest_test::fixture_model(fp));
     context_params cp;
     cp.n_ctx     = 256;
     cp.n_threads = 1;

@@ -31,7 +31,7 @@ void stories260k_all_prompts_b(bool trees, int budget_nodes, double min_tokens_p
     if (data.empty()) {
         GTEST_SKIP() << "../shared/data is absent";
     }
-    const auto m = model::load(data + "/models/stories260K.gguf");
+    const auto m = rest_test::load_model(data + "/models/stories260K.gguf");
     const std::string idx = rest_test::tmp_dir() + "/tinystories-A.idx";
     corpus_build_params bp;
     bp.corpus.split_paragraphs = true;
@@ -80,7 +80,7 @@ TEST(rest_e2e, fixture_datastore_from_its_own_greedy_output) {
         fixture_params p;
         p.vocab = vocab;
         p.seed  = 11;
-        const auto m = model::load(rest_test::fixture_model(p));
+        const auto m = rest_test::load_model(rest_test::fixture_model(p));
         context_params cp;
         cp.n_ctx = 256;
         cp.n_threads = 1;

@@ -320,7 +320,7 @@ TEST(sampling_real, stories260k_tinystories_datastore) {
         GTEST_SKIP() << "../shared/data is absent (set REST_SHARED_DATA): stories260K and tinystories-A are needed";
     }
     llama_log_quiet();
-    const auto m = model::load(data + "/models/stories260K.gguf");
+    const auto m = rest_test::load_model(data + "/models/stories260K.gguf");
     const std::string idx = rest_test::tmp_dir() + "/sampling-real-tinystories-A.idx";  // not shared with other tests
     corpus_build_params bp;
     bp.corpus.split_paragraphs = true;
@@ -346,7 +346,7 @@ TEST(sampling_real, demo_model_context_drafts) {
         GTEST_FAIL() << "the demo model is missing: " << path;
     }
     llama_log_quiet();
-    const auto m = model::load(path);
+    const auto m = rest_test::load_model(path);
     sampling_case c;
     c.name = "pystdlib-demo + context drafts";
     c.m    = m.get();

@@ -64,7 +64,7 @@ void run_cases(const std::string & vocab, int n_cases, int n_ctx, lossless_tally
     fixture_params p;
     p.vocab = vocab;
     p.seed  = 7;
-    const auto m = model::load(rest_test::fixture_model(p));
+    const auto m = rest_test::load_model(rest_test::fixture_model(p));
     context_params cp;
     cp.n_ctx     = n_ctx;
     cp.n_threads = 1;  // ctest runs suites in parallel: one thread each avoids ggml spin-waiting on a busy CPU

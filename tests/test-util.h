@@ -2,6 +2,7 @@
 #pragma once
 
 #include "rest/fixture.h"
+#include "rest/llama-model.h"
 
 #include <gtest/gtest.h>
 
@@ -25,6 +26,12 @@ inline std::string shared_data() {
         return env;
     }
     return "";
+}
+
+// Loads a model for a test; REST_TEST_NGL=N offloads N layers (bench/gpu-check.sh runs the lossless tests so).
+inline std::unique_ptr<rest::model> load_model(const std::string & path) {
+    const char * ngl = std::getenv("REST_TEST_NGL");
+    return rest::model::load(path, ngl ? std::atoi(ngl) : 0);
 }
 
 inline std::string rest_bin() {
