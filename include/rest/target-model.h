@@ -70,6 +70,11 @@ class target_model {
     // Accepted tokens scheduled to be decoded a second time because their KV cells were out of position order
     // (tree layout; counted at commit, so a request that ends there counts tokens that are then never decoded).
     virtual std::int64_t n_recomputed() const { return 0; }
+    // Committed tokens of a slot not yet in memory: rows the slot's next decode() adds before its root.
+    virtual std::int32_t n_pending(std::int32_t slot) const { (void) slot; return 0; }
+    // What the last decode() took, in microseconds, where the model knows better than a wall clock around the call
+    // (a simulated target in tests; a device timer); < 0: unknown, the decoder measures.
+    virtual double last_pass_us() const { return -1; }
 };
 
 }  // namespace rest

@@ -261,7 +261,7 @@ void decoder::build_batch() {
         while (pad && (std::int32_t) tree.size() < n_keep_[i]) {
             tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
-        rows_ += 1 + (std::int32_t) tree.size();
+        rows_ += 1 + (std::int32_t) tree.size() + model_.n_pending(r.slot);
         seqs_ += std::max<std::int32_t>(1, (std::int32_t) tree.n_leaves(tree.size()));
         tree_request tr;
         tr.slot    = r.slot;
@@ -289,7 +289,9 @@ bool decoder::verify() {
     // On the thread count the policy found fastest for the pass. Several passes (n_equal 0) keep the context's
     // threads: some of them are single rows, which must compute exactly as plain decoding does.
     auto threads_for = [&](std::int32_t n_rows) {
-        const bool plain = n_rows == (std::int32_t) live_.size();  // no nodes at all: plain decoding's threads
+        std::int32_t n_plain = 0;  // rows of a pass without nodes (pending rows of a tree layout included)
+        for (const request * r : live_) n_plain += 1 + model_.n_pending(r->slot);
+        const bool plain = n_rows == n_plain;  // no nodes at all: plain decoding's threads
         return policy_ && !plain && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
     };
     model_.set_decode_threads(threads_for(rows_));
@@ -303,6 +305,7 @@ bool decoder::verify() {
         batch_[i].depths  = {};
     }
     rows_ = (std::int32_t) live_.size();
+    for (const request * r : live_) rows_ += model_.n_pending(r->slot);
     seqs_ = (std::int32_t) live_.size();
     model_.set_decode_threads(threads_for(rows_));
     if (model_.decode(batch_) == decode_status::ok) return true;
@@ -388,7 +391,9 @@ void decoder::step(std::span<request * const> requests) {
         rep.n_equal    = n_equal;
         rep.n_seqs     = seqs_;
         rep.n_past     = (std::int32_t) (past_sum / (std::int64_t) live_.size());
-        rep.t_pass_us  = t_end - t_dec0;
+        // A simulated target says what its pass took (the verify part; the walk is measured).
+        rep.t_pass_us  = model_.last_pass_us() >= 0 ? model_.last_pass_us() + (t_end - t_dec0 - t_verify)
+                                                    : t_end - t_dec0;
         rep.t_draft_us = t_draft;
         rep.n_tokens   = n_tokens;
         rep.drafted    = drafting_;

@@ -55,6 +55,7 @@ class llama_target final : public target_model {
     void clear(std::int32_t slot) override;
     std::int64_t n_forward() const override { return n_forward_; }
     std::int64_t n_recomputed() const override { return n_recomputed_; }
+    std::int32_t n_pending(std::int32_t slot) const override { return (std::int32_t) pending_[slot].size(); }
 
   private:
     struct request_layout {
