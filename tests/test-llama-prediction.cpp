@@ -136,8 +136,9 @@ void lossless_with_every_prediction(const std::string & type, bool trees) {
                 if (what == "exact" || what == "longer than the output") {
                     // Only the first token of the output is not drafted from an exact prediction.
                     EXPECT_GE(r.stats.n_prediction_accepted, (std::int64_t) r.tokens.size() - 1 - (std::int64_t) r.stats.n_steps) << where;
-                    // Fixed: 16-node chains, nearly all accepted; automatic: what the measured costs make pay.
-                    EXPECT_GT(r.stats.tokens_per_forward(), policy == &fixed ? 8.0 : 2.5) << where;
+                    // Fixed: 16-node chains, nearly all accepted. Automatic: what the measured costs make pay,
+                    // judged on the median below (one run's M moves with the machine's load: once 1.5 here).
+                    if (policy == &fixed) EXPECT_GT(r.stats.tokens_per_forward(), 8.0) << where;
                     m_exact[policy == &fixed].push_back(r.stats.tokens_per_forward());
                 }
             }
@@ -147,6 +148,7 @@ void lossless_with_every_prediction(const std::string & type, bool trees) {
     std::printf("%s %s: %d of %zu runs differ from plain; M with an exact prediction: automatic %.2f, fixed 16 %.2f\n",
                 type.c_str(), trees ? "tree" : "chain", n_differ, c.prompts.size() * 14, median(m_exact[0]), median(m_exact[1]));
     if (trees) EXPECT_LE(n_differ, 2) << "tree layout: more differences than float near-ties explain";
+    EXPECT_GT(median(m_exact[0]), 2.5) << "the automatic budget does not use an exact prediction";
 }
 
 TEST(prediction_e2e, q8_chain_layout_every_prediction_is_bit_exact) {
