@@ -11,3 +11,4 @@ target_compile_definitions(test-index-tokenizer PRIVATE REST_LLAMA_SOURCE="${RES
 # The `rest index` CLI on bad input; runs $REST_BIN/rest, so build the rest-cli target (the default `all`) first.
 rest_add_test(test-index-cli SOURCES test-index-cli.cpp LIBS rest-core LABELS index cli)
 target_compile_definitions(test-index-cli PRIVATE REST_LLAMA_SOURCE="${RESTCPP_LLAMA_SOURCE}")
+rest_add_test(test-index-garbage SOURCES test-index-garbage.cpp LIBS rest-llama LABELS index llama)

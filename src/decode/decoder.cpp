@@ -192,6 +192,11 @@ double decoder::draft_all() {
         const double       t0    = now_us();
         const std::int32_t nodes = std::min(cap, hint);
         tree = model_.trees() ? r.draft->draft(nodes) : draft_chain(*r.draft, cap, nodes, room_of(model_, r));
+        // A token outside the vocabulary (a corrupt datastore) can never be accepted, and llama.cpp would refuse
+        // the batch: the tree ends before the first one (parents come first, so what is kept stays a tree).
+        const auto bad = std::find_if(tree.tokens.begin(), tree.tokens.end(),
+                                      [&](token_id t) { return t < 0 || t >= model_.n_vocab(); });
+        tree.truncate((std::size_t) (bad - tree.tokens.begin()));
         const double dt = now_us() - t0;
         r.stats.t_draft_us += dt;
         t_draft += dt;

@@ -100,10 +100,9 @@ class mmap_datastore final : public datastore {
             check_range(s + "suffix array", e.sa_offset, e.n_sa * 4);
             check_range(s + "first-token table", e.bucket_offset, n_buckets_ * 4);
             const auto * buckets = reinterpret_cast<const std::uint32_t *>(base + e.bucket_offset);
-            if (n_buckets_ > 0 && buckets[n_buckets_ - 1] != e.n_sa) {
-                fail("has an inconsistent " + s + "first-token table (ends at " +
-                     std::to_string(buckets[n_buckets_ - 1]) + ", expected " + std::to_string(e.n_sa) + ")");
-            }
+            // Lookups index the suffix array with these ranks: a table that is not monotone up to n_sa would send
+            // them out of bounds. O(vocabulary) per shard, independent of the index's size.
+            check_buckets(s, buckets, e.n_sa);
             shards_.emplace_back(base + e.text_offset, e.n_text,
                                  reinterpret_cast<const std::uint32_t *>(base + e.sa_offset), e.n_sa,
                                  static_cast<int>(hd_.token_width));
@@ -155,17 +154,24 @@ class mmap_datastore final : public datastore {
                          " past the text's " + std::to_string(e.n_text) + " tokens");
                 }
             }
-            const auto * buckets = reinterpret_cast<const std::uint32_t *>(base + e.bucket_offset);
-            for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
-                if (buckets[t] > buckets[t + 1]) {
-                    fail("has " + s + "first-token table decreasing at token " + std::to_string(t));
-                }
-            }
         }
     }
 
   private:
     [[noreturn]] void fail(const std::string & what) const { throw user_error("index '" + path_ + "' " + what); }
+
+    void check_buckets(const std::string & s, const std::uint32_t * buckets, std::uint64_t n_sa) const {
+        if (n_buckets_ == 0) return;
+        if (buckets[n_buckets_ - 1] != n_sa) {
+            fail("has an inconsistent " + s + "first-token table (ends at " + std::to_string(buckets[n_buckets_ - 1]) +
+                 ", expected " + std::to_string(n_sa) + ")");
+        }
+        for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
+            if (buckets[t] > buckets[t + 1]) {
+                fail("has " + s + "first-token table decreasing at token " + std::to_string(t));
+            }
+        }
+    }
 
     void check_range(const std::string & what, std::uint64_t offset, std::uint64_t bytes) const {
         const std::uint64_t size = map_.size();
