@@ -115,10 +115,12 @@ sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t h
         if (text) {
             // Two levels ahead: the grandchildren's suffix-array entries, and the text of both children (their
             // entries came in a step ago), so the next probe's text read is a cache hit rather than a miss.
+            // (Only where a grandchild range is non-empty: the unsigned arithmetic would wrap, which is UB for a
+            // pointer even when only prefetched; the fuzzer's UBSan found it.)
             __builtin_prefetch(sa + lo + (c1 - lo) / 2);
-            __builtin_prefetch(sa + c1 + 1 + (mid - c1 - 1) / 2);
+            if (mid > c1) __builtin_prefetch(sa + c1 + 1 + (mid - c1 - 1) / 2);
             __builtin_prefetch(sa + mid + 1 + (c2 - mid - 1) / 2);
-            __builtin_prefetch(sa + c2 + 1 + (hi - c2 - 1) / 2);
+            if (hi > c2) __builtin_prefetch(sa + c2 + 1 + (hi - c2 - 1) / 2);
             const char * t = static_cast<const char *>(text);
             if (c1 < mid) __builtin_prefetch(t + (std::uint64_t(sa[c1]) + 1) * width);
             if (c2 < hi) __builtin_prefetch(t + (std::uint64_t(sa[c2]) + 1) * width);
