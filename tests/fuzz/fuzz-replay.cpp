@@ -28,13 +28,15 @@ std::vector<std::uint8_t> read_file(const fs::path & p) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// Seeds: (vocabulary, documents) pairs that give both token widths and repeated n-grams to draft from.
+// Seeds: (vocabulary, documents) pairs that give both token widths, with and without first-token tables, and
+// repeated n-grams to draft from.
 std::vector<fs::path> write_seeds(const fs::path & dir) {
     fs::create_directories(dir);
     std::vector<fs::path> out;
     std::mt19937 rng(1);
     int k = 0;
-    for (const std::int32_t n_vocab : {50, 70000}) {
+    // u16 text; u32 text with a first-token table; u32 text without one (vocabularies past 2^22).
+    for (const std::int32_t n_vocab : {50, 70000, (1 << 22) + 1}) {
         for (const int n_docs : {1, 3}) {
             std::vector<std::vector<rest::token_id>> docs(n_docs);
             for (auto & d : docs) {
