@@ -349,7 +349,11 @@ void print_draft_tree(const rest::datastore & ds, const rest::tokenizer & tok, s
     std::printf("draft tree: %zu nodes, expected accepted %.2f, match %d tokens x %llu, %.1f us\n", tree.size(),
                 tree.expected_accepted(tree.size()), st.match_len_datastore,
                 (unsigned long long) st.match_count_datastore, st.t_draft_us);
-    std::fputs(rest::format_draft_tree(tree, [&](rest::token_id t) { return escape(tok.piece(t)); }).c_str(), stdout);
+    // A corrupt index can hold ids past the vocabulary, which llama.cpp's vocabulary would throw on.
+    const auto piece = [&](rest::token_id t) {
+        return t >= 0 && t < tok.n_vocab() ? escape(tok.piece(t)) : "<token " + std::to_string(t) + " outside the vocabulary>";
+    };
+    std::fputs(rest::format_draft_tree(tree, piece).c_str(), stdout);
 }
 
 void run_query(const query_args & a) {
@@ -378,14 +382,19 @@ void run_query(const query_args & a) {
             std::printf("%10llu  <end of document>\n", (unsigned long long) tc.count);
             continue;
         }
+        const auto in_vocab = [&](rest::token_id t) { return t >= 0 && t < tok->n_vocab(); };
+        if (!in_vocab(tc.token)) {  // a corrupt index
+            std::printf("%10llu  <token %d outside the vocabulary>\n", (unsigned long long) tc.count, tc.token);
+            continue;
+        }
         // Extend greedily with the most frequent next token, stopping at a document's end.
         std::vector<rest::token_id> pattern = matched;
         std::vector<rest::token_id> cont    = {tc.token};
         pattern.push_back(tc.token);
         while (cont.size() < a.depth) {
             const auto step = rest::next_token_counts(*ds, rest::find_all(*ds, pattern), 1);
-            if (step.empty() || step[0].token == rest::k_doc_end) {
-                break;
+            if (step.empty() || !in_vocab(step[0].token)) {
+                break;  // a document's end (or a corrupt index's id)
             }
             pattern.push_back(step[0].token);
             cont.push_back(step[0].token);

@@ -15,7 +15,9 @@ build=${BUILD_DIR:-$root/build}
 command -v clang++ >/dev/null || { echo "fuzz-index: clang++ not found (apt-get install clang)" >&2; exit 1; }
 [[ $runs =~ ^[0-9]+$ ]] || { echo "fuzz-index: RUNS must be a number (got '$runs')" >&2; exit 1; }
 mkdir -p "$work/corpus" "$work/obj"
-ninja -C "$build" test-fuzz-index-replay >/dev/null
+rm -f "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*
+cmake --build "$build" --target test-fuzz-index-replay >"$work/replay-build.log" 2>&1 \
+    || { tail -20 "$work/replay-build.log" >&2; exit 1; }
 "$build/bin/test-fuzz-index-replay" --write-seeds "$work/corpus" >/dev/null
 
 # shellcheck disable=SC2054  # the commas belong to the sanitizer list
@@ -33,11 +35,15 @@ done
 for pid in "${pids[@]}"; do wait "$pid" || { echo "fuzz-index: a compile failed" >&2; exit 1; }; done
 clang++ -fsanitize=fuzzer,address,undefined "$work"/obj/*.o -lxxhash -lzstd -pthread -o "$work/fuzz-index"
 
+# The kept crashers first, under the sanitizers (CTest's replay is an ordinary build: it catches signals only).
+"$work/fuzz-index" "$root"/tests/fuzz/crashers/*.idx >"$work/crashers.log" 2>&1 \
+    || { tail -20 "$work/crashers.log" >&2; echo "fuzz-index: a kept crasher fails again" >&2; exit 1; }
 echo "fuzz-index: $runs runs, corpus $work/corpus"
 start=$(date +%s)
 rc=0
 "$work/fuzz-index" -runs="$runs" -max_len=300000 -print_final_stats=1 -artifact_prefix="$work/" \
     "$work/corpus" >"$work/fuzz.log" 2>&1 || rc=$?
 grep -E "^#[0-9]+ +(pulse|DONE)|ERROR|SUMMARY|stat::" "$work/fuzz.log" | tail -20 || true
-echo "fuzz-index: exit $rc after $(( $(date +%s) - start )) s; crashes: $(find "$work" -maxdepth 1 -name 'crash-*' | wc -l)"
+found=$(find "$work" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+echo "fuzz-index: exit $rc after $(( $(date +%s) - start )) s; findings: $found"
 exit "$rc"

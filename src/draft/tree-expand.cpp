@@ -350,8 +350,8 @@ struct tree_expander::impl {
     // every other shard.
     void add_run(std::int32_t v, std::size_t shard, sa_range run, std::uint64_t k, std::uint32_t d) {
         insert_run(covered(v, shard), run);
-        if (k == 0 || k == UINT64_MAX) {
-            return;
+        if (k == 0 || k == UINT64_MAX || k - 1 > (std::uint64_t) INT32_MAX) {
+            return;  // past the end, a separator, or (a corrupt u32 text) no token id at all
         }
         const auto    t     = static_cast<token_id>(k - 1);
         const auto    at    = static_cast<std::uint32_t>(ranges_.size());

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -50,8 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t * data, std::size_t siz
     try {
         ds = rest::datastore::open(scratch_path());
     } catch (const rest::user_error &) {
+        std::remove(scratch_path().c_str());
         return 0;
     }
+    std::remove(scratch_path().c_str());  // the mapping keeps the bytes
     ++rest_fuzz_index_opened;
     const std::vector<rest::token_id> ctx = context_of(data, size, *ds);
     for (const rest::index_shard & s : ds->shards()) {

@@ -108,7 +108,11 @@ int main(int argc, char ** argv) {
             ++n_inputs;
         }
     }
-    if (fs::is_directory(argv[2])) {
+    if (!fs::is_directory(argv[2])) {
+        std::fprintf(stderr, "fuzz replay: no crashers directory %s\n", argv[2]);
+        return 1;
+    }
+    {
         for (const auto & e : fs::directory_iterator(argv[2])) {
             if (!e.is_regular_file() || e.path().filename() == "README.md") continue;
             const auto f = read_file(e.path());
