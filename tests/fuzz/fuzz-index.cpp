@@ -63,6 +63,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t * data, std::size_t siz
             for (std::uint64_t k = r.lo; k < r.hi && k < r.lo + 4; ++k) (void) s.next_token(k, (std::uint32_t) n);
         }
     }
+    // The `rest index query` path: the longest matching suffix and its continuations.
+    const rest::datastore_match m = rest::find_longest_suffix(*ds, ctx, 16);
+    (void) rest::next_token_counts(*ds, m, 8);
     rest::drafter d(ds.get(), nullptr, rest::drafter_params{});
     d.reset(ctx);
     (void) d.draft(16);
