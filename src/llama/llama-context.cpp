@@ -24,22 +24,23 @@ llama_flash_attn_type flash_attn_type(std::int32_t setting, llama_target::hints 
     return h.quantized || h.quantized_v_cache ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
 }
 
-// Position of each node in a depth-first (preorder) walk of the tree, children in index order.
+// Position of each node in a depth-first (preorder) walk of the tree, children in index order. Parents come first,
+// so subtree sizes add up backwards, and each child starts where its earlier siblings' subtrees end: two flat passes.
 std::vector<int32_t> depth_first_positions(std::span<const int32_t> parents) {
     const int32_t n = (int32_t) parents.size();
-    std::vector<std::vector<int32_t>> children(n + 1);  // children[0]: the root's; children[i + 1]: node i's
-    for (int32_t i = 0; i < n; ++i) children[parents[i] + 1].push_back(i);
-    std::vector<int32_t> pos(n), stack;
-    for (auto it = children[0].rbegin(); it != children[0].rend(); ++it) stack.push_back(*it);
-    int32_t next = 0;
-    while (!stack.empty()) {
-        const int32_t v = stack.back();
-        stack.pop_back();
-        pos[v] = next++;
-        for (auto it = children[v + 1].rbegin(); it != children[v + 1].rend(); ++it) stack.push_back(*it);
+    for (int32_t i = 0; i < n; ++i) {
+        if (parents[i] < -1 || parents[i] >= i) {
+            throw std::invalid_argument("draft tree: a node's parent does not precede it");
+        }
     }
-    if (next != n) {
-        throw std::invalid_argument("draft tree: a node's parent does not precede it");
+    std::vector<int32_t> size(n, 1), pos(n), next(n + 1, 0);  // next[v + 1]: where v's next child goes
+    for (int32_t i = n - 1; i >= 0; --i) {
+        if (parents[i] >= 0) size[parents[i]] += size[i];
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        pos[i] = next[parents[i] + 1];
+        next[parents[i] + 1] += size[i];
+        next[i + 1] = pos[i] + 1;
     }
     return pos;
 }
