@@ -122,7 +122,6 @@ served serve_all(const workload & w, bool trees, int n_slots) {
         for (const std::int32_t k : batch.step()) batch.release(k);
     }
     served s;
-    s.recomputed = ctx->n_recomputed();
     for (size_t i = 0; i < n; ++i) {
         if (reqs[i].output != w.plain[i]) {
             ++s.differ;
@@ -135,6 +134,7 @@ served serve_all(const workload & w, bool trees, int n_slots) {
         s.drafted += reqs[i].stats.n_drafted;
         s.tokens += reqs[i].stats.n_tokens;
         s.forwards += reqs[i].stats.n_forward;
+        s.recomputed += reqs[i].stats.n_recomputed;
     }
     return s;
 }

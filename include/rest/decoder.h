@@ -137,6 +137,7 @@ class decoder {
     std::int32_t              n_asked_    = 0;      // draft nodes asked for this step, over all requests
     bool                      equal_rows_ = false;  // this step's chains must all verify the same count
     std::int32_t              rows_       = 0;      // rows of this step's forward pass
+    std::int32_t              plain_rows_ = 0;      // its rows without draft nodes (roots + pending rows)
     std::int32_t              seqs_       = 0;      // its sequences (step_report::n_seqs)
 };
 

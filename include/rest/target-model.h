@@ -67,10 +67,8 @@ class target_model {
     virtual void clear(std::int32_t slot) = 0;
     // Number of forward passes (decode and prefill calls that reached the model) so far.
     virtual std::int64_t n_forward() const = 0;
-    // Accepted tokens scheduled to be decoded a second time because their KV cells were out of position order
-    // (tree layout; counted at commit, so a request that ends there counts tokens that are then never decoded).
-    virtual std::int64_t n_recomputed() const { return 0; }
-    // Committed tokens of a slot not yet in memory: rows the slot's next decode() adds before its root.
+    // Committed tokens of a slot not yet in memory: rows the slot's next decode() adds before its root. Right after
+    // commit() they are the accepted tokens it left out of place (generation_stats::n_recomputed counts them).
     virtual std::int32_t n_pending(std::int32_t slot) const { (void) slot; return 0; }
     // What the last decode() took, in microseconds, where the model knows better than a wall clock around the call
     // (a simulated target in tests; a device timer); < 0: unknown, the decoder measures.

@@ -183,6 +183,7 @@ double decoder::draft_all() {
     double             t_draft = 0;
     drafting_                  = false;  // a request drafted this step (not merely: drafting was allowed)
     n_asked_                   = 0;
+    const token_id n_vocab = model_.n_vocab();
     for (size_t i = 0; i < live_.size(); ++i) {
         request &    r    = *live_[i];
         draft_tree & tree = trees_[i];
@@ -195,7 +196,7 @@ double decoder::draft_all() {
         // A token outside the vocabulary (a corrupt datastore) can never be accepted, and llama.cpp would refuse
         // the batch: the tree ends before the first one (parents come first, so what is kept stays a tree).
         const auto bad = std::find_if(tree.tokens.begin(), tree.tokens.end(),
-                                      [&](token_id t) { return t < 0 || t >= model_.n_vocab(); });
+                                      [n_vocab](token_id t) { return t < 0 || t >= n_vocab; });
         tree.truncate((std::size_t) (bad - tree.tokens.begin()));
         const double dt = now_us() - t0;
         r.stats.t_draft_us += dt;
@@ -253,6 +254,7 @@ void decoder::build_batch() {
     // Padding only while the batch fits one pass (llama.cpp's n_batch); it is what goes first.
     const bool pad = rows_padded <= model_.n_rows_max();
     rows_          = 0;
+    plain_rows_    = 0;
     seqs_          = 0;
     batch_.clear();
     for (size_t i = 0; i < live_.size(); ++i) {
@@ -266,7 +268,9 @@ void decoder::build_batch() {
         while (pad && (std::int32_t) tree.size() < n_keep_[i]) {
             tree.add(fill, (std::int32_t) tree.size() - 1, 0.0f, 0);
         }
-        rows_ += 1 + (std::int32_t) tree.size() + model_.n_pending(r.slot);
+        const std::int32_t pending = model_.n_pending(r.slot);
+        plain_rows_ += 1 + pending;
+        rows_ += 1 + (std::int32_t) tree.size() + pending;
         seqs_ += std::max<std::int32_t>(1, (std::int32_t) tree.n_leaves(tree.size()));
         tree_request tr;
         tr.slot    = r.slot;
@@ -294,9 +298,7 @@ bool decoder::verify() {
     // On the thread count the policy found fastest for the pass. Several passes (n_equal 0) keep the context's
     // threads: some of them are single rows, which must compute exactly as plain decoding does.
     auto threads_for = [&](std::int32_t n_rows) {
-        std::int32_t n_plain = 0;  // rows of a pass without nodes (pending rows of a tree layout included)
-        for (const request * r : live_) n_plain += 1 + model_.n_pending(r->slot);
-        const bool plain = n_rows == n_plain;  // no nodes at all: plain decoding's threads
+        const bool plain = n_rows == plain_rows_;  // no nodes at all: plain decoding's threads
         return policy_ && !plain && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
     };
     model_.set_decode_threads(threads_for(rows_));
@@ -309,8 +311,7 @@ bool decoder::verify() {
         batch_[i].parents = {};
         batch_[i].depths  = {};
     }
-    rows_ = (std::int32_t) live_.size();
-    for (const request * r : live_) rows_ += model_.n_pending(r->slot);
+    rows_ = plain_rows_;
     seqs_ = (std::int32_t) live_.size();
     model_.set_decode_threads(threads_for(rows_));
     if (model_.decode(batch_) == decode_status::ok) return true;
@@ -348,9 +349,8 @@ std::int64_t decoder::walk() {
                 break;
             }
         }
-        const std::int64_t recomputed = model_.n_recomputed();
         model_.commit((std::int32_t) i, path_);
-        r.stats.n_recomputed += model_.n_recomputed() - recomputed;
+        r.stats.n_recomputed += model_.n_pending(r.slot);  // decode() consumed the earlier ones
         if (policy_ && !tree.empty()) {
             policy_->observe_acceptance(tree, n_real_[i], path_);  // padding says nothing about drafts
         }

@@ -119,14 +119,14 @@ void llama_target::prefill(std::int32_t slot, std::span<const token_id> tokens_i
                          std::to_string(n_ctx_slot_) + " positions per slot)");
     }
     // Tokens a tree commit left pending (not yet in the KV memory; n_past_ counts them) come first.
-    std::vector<token_id> joined = std::move(pending_[slot]);
-    pending_[slot].clear();
-    n_past_[slot] -= (int32_t) joined.size();
-    joined.insert(joined.end(), tokens_in.begin(), tokens_in.end());
-    const std::span<const token_id> tokens = joined;
-    if (n_past_[slot] + (int32_t) tokens.size() > n_ctx_slot_) {
-        throw user_error("the prompt (" + std::to_string(tokens.size()) + " tokens) does not fit the context (" +
-                         std::to_string(n_ctx_slot_) + " positions per slot)");
+    std::vector<token_id>     joined;
+    std::span<const token_id> tokens = tokens_in;
+    if (!pending_[slot].empty()) {
+        joined = std::move(pending_[slot]);
+        pending_[slot].clear();
+        n_past_[slot] -= (int32_t) joined.size();
+        joined.insert(joined.end(), tokens_in.begin(), tokens_in.end());
+        tokens = joined;
     }
     use_threads(n_threads_);
     for (size_t off = 0; off < tokens.size(); off += n_batch_) {
@@ -158,8 +158,7 @@ void llama_target::use_threads(std::int32_t n) {
 decode_status llama_target::decode(std::span<const tree_request> requests) {
     release_borrowed();
     use_threads(decode_threads_);
-    layout_.clear();
-    layout_.resize(requests.size());
+    layout_.resize(requests.size());  // every field is set below: reusing them keeps their buffers
 
     int32_t n_rows = 0, n_pending = 0;
     for (const auto & r : requests) {
@@ -190,12 +189,12 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         lo.tokens.assign(r.tokens.begin(), r.tokens.end());
 
         const llama_pos p0  = n_past_[r.slot];
-        auto            put = [&](token_id tok, llama_pos pos, std::span<const llama_seq_id> ids) {
+        auto            put = [&](token_id tok, llama_pos pos, std::span<const llama_seq_id> ids, bool logits = true) {
             batch_.token[row]    = tok;
             batch_.pos[row]      = pos;
             batch_.n_seq_id[row] = (int32_t) ids.size();
             std::copy(ids.begin(), ids.end(), batch_.seq_id[row]);
-            batch_.logits[row] = 1;
+            batch_.logits[row] = logits;
             ++row;
         };
         if (!trees_) {
@@ -249,8 +248,7 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         // node of the tree; their logits are not needed.
         const std::vector<token_id> & pend = pending_[r.slot];
         for (size_t j = 0; j < pend.size(); ++j) {
-            put(pend[j], p0 - (llama_pos) (pend.size() - j), root_seqs);
-            batch_.logits[row - 1] = 0;
+            put(pend[j], p0 - (llama_pos) (pend.size() - j), root_seqs, false);
         }
         lo.row0 = row;
         put(r.root, p0, root_seqs);
@@ -305,7 +303,6 @@ void llama_target::commit(std::int32_t request, std::span<const std::int32_t> pa
         }
         std::vector<token_id> & pend = pending_[lo.slot];
         for (size_t j = m; j < path.size(); ++j) pend.push_back(lo.tokens[path[j]]);
-        n_recomputed_ += (std::int64_t) pend.size();
     }
     for (int32_t s : lo.borrowed) {
         llama_memory_seq_rm(mem_, s, -1, -1);

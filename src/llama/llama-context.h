@@ -54,7 +54,6 @@ class llama_target final : public target_model {
     void commit(std::int32_t request, std::span<const std::int32_t> path) override;
     void clear(std::int32_t slot) override;
     std::int64_t n_forward() const override { return n_forward_; }
-    std::int64_t n_recomputed() const override { return n_recomputed_; }
     std::int32_t n_pending(std::int32_t slot) const override { return (std::int32_t) pending_[slot].size(); }
 
   private:
@@ -85,7 +84,6 @@ class llama_target final : public target_model {
     std::vector<std::int32_t>   n_past_;   // per slot: positions emitted so far, pending tokens included
     std::vector<std::vector<token_id>> pending_;  // trees, per slot: accepted tokens to decode again at the head
                                                   // of the next batch, so that cells stay in position order
-    std::int64_t                n_recomputed_ = 0;
     std::vector<request_layout> layout_;
     std::int64_t                n_forward_ = 0;
 };
