@@ -335,6 +335,9 @@ struct query_args {
     int         tree       = 0;  // > 0: also show the drafter's best-first tree of this many nodes
 };
 
+// A corrupt index can hold ids past the vocabulary, which llama.cpp's vocabulary would throw on.
+bool in_vocab(const rest::tokenizer & tok, rest::token_id t) { return t >= 0 && t < tok.n_vocab(); }
+
 // The draft tree the drafter would verify after this text (datastore source only: no context, no history).
 void print_draft_tree(const rest::datastore & ds, const rest::tokenizer & tok, std::span<const rest::token_id> ctx,
                       int n_nodes) {
@@ -349,9 +352,8 @@ void print_draft_tree(const rest::datastore & ds, const rest::tokenizer & tok, s
     std::printf("draft tree: %zu nodes, expected accepted %.2f, match %d tokens x %llu, %.1f us\n", tree.size(),
                 tree.expected_accepted(tree.size()), st.match_len_datastore,
                 (unsigned long long) st.match_count_datastore, st.t_draft_us);
-    // A corrupt index can hold ids past the vocabulary, which llama.cpp's vocabulary would throw on.
     const auto piece = [&](rest::token_id t) {
-        return t >= 0 && t < tok.n_vocab() ? escape(tok.piece(t)) : "<token " + std::to_string(t) + " outside the vocabulary>";
+        return in_vocab(tok, t) ? escape(tok.piece(t)) : "<token " + std::to_string(t) + " outside the vocabulary>";
     };
     std::fputs(rest::format_draft_tree(tree, piece).c_str(), stdout);
 }
@@ -382,8 +384,7 @@ void run_query(const query_args & a) {
             std::printf("%10llu  <end of document>\n", (unsigned long long) tc.count);
             continue;
         }
-        const auto in_vocab = [&](rest::token_id t) { return t >= 0 && t < tok->n_vocab(); };
-        if (!in_vocab(tc.token)) {  // a corrupt index
+        if (!in_vocab(*tok, tc.token)) {  // a corrupt index
             std::printf("%10llu  <token %d outside the vocabulary>\n", (unsigned long long) tc.count, tc.token);
             continue;
         }
@@ -393,7 +394,7 @@ void run_query(const query_args & a) {
         pattern.push_back(tc.token);
         while (cont.size() < a.depth) {
             const auto step = rest::next_token_counts(*ds, rest::find_all(*ds, pattern), 1);
-            if (step.empty() || !in_vocab(step[0].token)) {
+            if (step.empty() || !in_vocab(*tok, step[0].token)) {
                 break;  // a document's end (or a corrupt index's id)
             }
             pattern.push_back(step[0].token);
