@@ -8,3 +8,4 @@ rest_add_test(test-decode-slots SOURCES test-decode-slots.cpp LIBS rest-core LAB
 # llama.cpp threads inflates those times at random (two busy loops beside it: 8 of 12 runs failed, before and after
 # the tree-shape change alike), so it runs alone. It takes about a second.
 set_tests_properties(test-decode-online PROPERTIES RUN_SERIAL TRUE)
+rest_add_test(test-decode-prefill SOURCES test-decode-prefill.cpp LIBS rest-core LABELS decode)

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -88,9 +89,37 @@ class fake_target final : public rest::target_model {
             }
             last_.push_back(std::move(st));
         }
-        rows_hist.push_back(rows);
-        if (rows > max_rows_) return rest::decode_status::no_memory;
+        // Queued prompt rows share the pass (as in llama.cpp's tree layout); their slot must not step in it.
+        int queued = 0;
+        for (const auto & [slot, toks] : queued_) {
+            for (const auto & r : reqs) EXPECT_NE(r.slot, slot) << "a slot steps while its prompt is queued";
+            queued += (int) toks.size();
+        }
+        queued_rows_hist.push_back(queued);
+        rows_hist.push_back(rows + queued);
+        if (rows + queued > max_rows_) {
+            for (const auto & [slot, toks] : queued_) prefill(slot, toks);  // alone, as llama_target does
+            queued_.clear();
+            return rest::decode_status::no_memory;
+        }
+        for (const auto & [slot, toks] : queued_) {
+            slots_[slot].insert(slots_[slot].end(), toks.begin(), toks.end());
+            EXPECT_LE((int) slots_[slot].size(), n_ctx_slot_);
+        }
+        queued_.clear();
         return rest::decode_status::ok;
+    }
+
+    void queue_prefill(std::int32_t slot, std::span<const rest::token_id> tokens) override {
+        if (!tokens.empty()) queued_.emplace_back(slot, std::vector<rest::token_id>(tokens.begin(), tokens.end()));
+    }
+    std::int32_t keep_prefix(std::int32_t slot, std::int32_t n) override {
+        if (!keeps_prefix) {
+            clear(slot);
+            return 0;
+        }
+        slots_[slot].resize((std::size_t) std::clamp(n, 0, (std::int32_t) slots_[slot].size()));
+        return (std::int32_t) slots_[slot].size();
     }
 
     std::span<const float> logits(std::int32_t request, std::int32_t node) const override {
@@ -116,7 +145,9 @@ class fake_target final : public rest::target_model {
     int max_rows_   = 1 << 20;
     int leaves_max_ = 255;
     bool chains_only_ = false;  // trees() == false: every request must be a single chain
+    bool keeps_prefix = true;   // keep_prefix() keeps (false: the interface's default, a clear)
     std::vector<int> rows_hist;
+    std::vector<int> queued_rows_hist;  // per decode() call: prompt rows that shared it
     std::vector<std::vector<int>> rows_per_request;  // per decode() call: each request's rows, in order
 
   private:
@@ -132,6 +163,7 @@ class fake_target final : public rest::target_model {
     float scale_;
     std::vector<std::vector<rest::token_id>> slots_;
     std::vector<req_state> last_;
+    std::vector<std::pair<int, std::vector<rest::token_id>>> queued_;
     std::int64_t n_forward_ = 0;
 };
 

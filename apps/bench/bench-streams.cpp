@@ -44,7 +44,7 @@ wave_result run_wave(session & s, rest::target_model & ctx, std::int32_t n_strea
         history     = std::make_unique<rest::history_store>(rest::history_store_params{});
     }
     rest::decoder    dec(ctx, policy.get());
-    rest::slot_batch batch(dec, n_streams);
+    rest::slot_batch batch(dec, n_streams, ctx.n_rows_max());
     struct slot {
         std::unique_ptr<rest::token_sampler> sampler;
         std::unique_ptr<rest::drafter>       drafter;

@@ -32,6 +32,7 @@ const char * stop_reason_name(stop_reason r);
 
 struct generation_stats {
     std::int64_t n_prompt = 0;      // prompt tokens
+    std::int64_t n_cached = 0;      // of which the slot's memory held already (prompt cache): not processed again
     std::int64_t n_tokens = 0;      // emitted tokens
     std::int64_t n_forward = 0;     // target forward passes: prompt chunks + steps
     std::int64_t n_steps = 0;       // verification steps (forward passes after the prompt)
@@ -86,9 +87,15 @@ struct request {
     generation_stats      stats;
 
     bool done() const { return stopped != stop_reason::none; }
+    // Its prompt is still being processed (decoder::begin): it takes no step yet.
+    bool prefilling() const { return n_prefilled < to_prefill.size(); }
+    std::size_t n_prompt_left() const { return to_prefill.size() - n_prefilled; }
 
     // internal
     token_id root = 0;  // last emitted token, not yet in the KV memory
+    std::vector<token_id> to_prefill;     // prompt tokens to put in memory before the first step (not the root)
+    std::size_t           n_prefilled = 0;
+    double                t_begin_us  = 0;
 };
 
 // A prediction can be at most as long as an output can (the context); throws user_error otherwise.
@@ -102,10 +109,20 @@ class decoder {
     // Clears the request's slot, processes the prompt (all but its last token) and readies the first step.
     // Throws user_error when the prompt is empty or does not fit, or the prediction is longer than the context.
     void start(request & r, std::span<const token_id> prompt);
-    // One forward pass for all given requests that are not done (their slots must differ).
-    void step(std::span<request * const> requests);
+    // start() without processing the prompt: the slot keeps its first n_cached positions (a prompt cache: the
+    // caller knows they hold prompt[0, n_cached)) and the rest is processed by prefill() or with step()s, after
+    // which the request steps. Returns the positions kept (at most prompt.size() - 1; 0 for models that cannot).
+    std::int32_t begin(request & r, std::span<const token_id> prompt, std::int32_t n_cached = 0);
+    // Processes up to n of the request's remaining prompt tokens in passes of their own.
+    void prefill(request & r, std::int32_t n);
+    // One forward pass for all given requests that are not done or prefilling (their slots must differ). With
+    // `prompt` (a request still prefilling, not among them), up to n_prompt of its prompt tokens join the pass
+    // (target_model::queue_prefill), so a long prompt arrives in chunks while the others keep generating.
+    void step(std::span<request * const> requests, request * prompt = nullptr, std::int32_t n_prompt = 0);
     // start + step until done.
     void run(request & r, std::span<const token_id> prompt);
+
+    target_model & model() const { return model_; }
 
   private:
     // The stages of step(), in order. Exactness rests on two rules kept in one place each: a pass without draft
@@ -113,12 +130,14 @@ class decoder {
     // (build_batch), except where several requests' chains must be equal (choose_equal's k pads every request that
     // has a drafter, or llama.cpp would split the pass); and the walk emits exactly one draw per visited node.
     bool   collect_live(std::span<request * const> requests);  // live_ in slot order; false: nothing to do
+    void   step_live();                                        // the stages below, over live_
     double draft_all();                                        // trees_; returns drafting time
     void   choose_budget();                                    // n_keep_, n_real_, trees_ truncated to n_real_
     void   build_batch();                                      // batch_: trees padded to n_keep_
     bool   verify();                                           // one forward pass; false: the context is full
     std::int64_t walk();                                       // sample, commit, emit; returns tokens emitted
     bool   emit(request & r, token_id t);
+    void   prefilled(request & r, std::int64_t n_forward);  // books a prompt chunk; readies r after the last
     std::size_t pass_shape() const;  // step_report::n_equal of batch_
 
     target_model &  model_;
@@ -139,6 +158,7 @@ class decoder {
     std::int32_t              rows_       = 0;      // rows of this step's forward pass
     std::int32_t              plain_rows_ = 0;      // its rows without draft nodes (roots + pending rows)
     std::int32_t              seqs_       = 0;      // its sequences (step_report::n_seqs)
+    bool                      mixed_      = false;  // another request's prompt rows share this step's pass
 };
 
 }  // namespace rest

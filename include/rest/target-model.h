@@ -65,6 +65,19 @@ class target_model {
     virtual void commit(std::int32_t request, std::span<const std::int32_t> path) = 0;
     // Forgets a slot's memory (n_past becomes 0).
     virtual void clear(std::int32_t slot) = 0;
+    // Keeps the first n committed positions of a slot and forgets the rest (a prompt cache reuses them for a new
+    // request that starts with the same tokens). Returns how many were kept: min(n, n_past), or 0 for a model that
+    // cannot keep part of a slot (then it cleared the slot).
+    virtual std::int32_t keep_prefix(std::int32_t slot, std::int32_t n) {
+        (void) n;
+        clear(slot);
+        return 0;
+    }
+    // Prompt tokens to append to a slot's committed memory (no logits) with the next decode(), whose requests must
+    // not include that slot: a prompt processed in chunks, alongside other slots' steps. A layout that can put them in
+    // the same forward pass does (one read of the weights for both); others run them as a pass of their own first.
+    // The default prefills at once. tokens must stay valid until the next decode() returns.
+    virtual void queue_prefill(std::int32_t slot, std::span<const token_id> tokens) { prefill(slot, tokens); }
     // Number of forward passes (decode and prefill calls that reached the model) so far.
     virtual std::int64_t n_forward() const = 0;
     // Committed tokens of a slot not yet in memory: rows the slot's next decode() adds before its root. Right after

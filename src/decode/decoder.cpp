@@ -58,6 +58,7 @@ const char * stop_reason_name(stop_reason r) {
 
 void generation_stats::add(const generation_stats & o) {
     n_prompt += o.n_prompt;
+    n_cached += o.n_cached;
     n_tokens += o.n_tokens;
     n_forward += o.n_forward;
     n_steps += o.n_steps;
@@ -91,30 +92,33 @@ void check_prediction_size(std::size_t n_tokens, std::int32_t n_ctx_slot) {
 }
 
 void decoder::start(request & r, std::span<const token_id> prompt) {
+    begin(r, prompt, 0);
+    prefill(r, INT32_MAX);
+}
+
+std::int32_t decoder::begin(request & r, std::span<const token_id> prompt, std::int32_t n_cached) {
     if (prompt.empty()) {
         throw user_error("the prompt is empty (no tokens)");
     }
     check_prediction_size(r.prediction.size(), model_.n_ctx_slot());
     if (!r.sampler) {
-        throw std::invalid_argument("decoder::start: request has no sampler");
+        throw std::invalid_argument("decoder::begin: request has no sampler");
     }
     if ((std::int32_t) prompt.size() >= model_.n_ctx_slot()) {
         throw user_error("the prompt has " + std::to_string(prompt.size()) + " tokens, but the context holds " +
                          std::to_string(model_.n_ctx_slot()) + " per slot");
     }
-    const double t0 = now_us();
+    r.t_begin_us = now_us();
     r.output.clear();
     r.logprobs.clear();
     r.stopped = stop_reason::none;
     r.stats   = generation_stats{};
-    model_.clear(r.slot);
-    const std::int64_t f0 = model_.n_forward();
-    model_.prefill(r.slot, prompt.first(prompt.size() - 1));
-    if (policy_ && model_.n_forward() != f0) {
-        policy_->observe_other_pass();  // the next step follows another batch shape
-    }
-    r.stats.n_forward += model_.n_forward() - f0;
+    // The root (the prompt's last token) is never in memory before the first step.
+    const std::int32_t kept = model_.keep_prefix(r.slot, std::clamp(n_cached, 0, (std::int32_t) prompt.size() - 1));
+    r.to_prefill.assign(prompt.begin() + kept, prompt.end() - 1);
+    r.n_prefilled    = 0;
     r.stats.n_prompt = (std::int64_t) prompt.size();
+    r.stats.n_cached = kept;
     r.root           = prompt.back();
     if (r.draft) {
         r.draft->reset(prompt);
@@ -126,9 +130,34 @@ void decoder::start(request & r, std::span<const token_id> prompt) {
     if (r.params.n_predict == 0) {
         r.stopped = stop_reason::length;
     }
-    const double dt = now_us() - t0;
-    r.stats.t_prefill_us += dt;
-    r.stats.t_total_us += dt;
+    prefilled(r, 0);  // (a prompt that was all cached is ready now)
+    return kept;
+}
+
+void decoder::prefill(request & r, std::int32_t n) {
+    if (!r.prefilling()) return;
+    const std::int64_t f0 = model_.n_forward();
+    model_.prefill(r.slot, std::span<const token_id>(r.to_prefill).subspan(r.n_prefilled).first(
+                               std::min<std::size_t>((std::size_t) std::max(n, 0), r.n_prompt_left())));
+    prefilled(r, model_.n_forward() - f0);
+}
+
+void decoder::prefilled(request & r, std::int64_t n_forward) {
+    r.stats.n_forward += n_forward;
+    r.n_prefilled = (std::size_t) (model_.n_past(r.slot) - r.stats.n_cached);
+    if (n_forward > 0 && policy_) {
+        policy_->observe_other_pass();  // the next step follows another batch shape
+    }
+    if (!r.prefilling() && r.t_begin_us > 0) {
+        // From begin() to a ready request: the time to its first step, chunks shared with other steps included.
+        const double dt = now_us() - r.t_begin_us;
+        r.stats.t_prefill_us += dt;
+        r.stats.t_total_us += dt;
+        r.t_begin_us = 0;
+        r.to_prefill.clear();
+        r.to_prefill.shrink_to_fit();
+        r.n_prefilled = 0;
+    }
 }
 
 bool decoder::emit(request & r, token_id t) {
@@ -147,7 +176,7 @@ bool decoder::emit(request & r, token_id t) {
 bool decoder::collect_live(std::span<request * const> requests) {
     live_.clear();
     for (request * r : requests) {
-        if (r->done()) {
+        if (r->done() || r->prefilling()) {
             continue;
         }
         // The root needs one free position; without it the context is full.
@@ -299,7 +328,8 @@ bool decoder::verify() {
     // threads: some of them are single rows, which must compute exactly as plain decoding does.
     auto threads_for = [&](std::int32_t n_rows) {
         const bool plain = n_rows == plain_rows_;  // no nodes at all: plain decoding's threads
-        return policy_ && !plain && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
+        // A pass that carries prompt rows too is not the shape the policy timed: the context's threads.
+        return policy_ && !plain && !mixed_ && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
     };
     model_.set_decode_threads(threads_for(rows_));
     if (model_.decode(batch_) == decode_status::ok) return true;
@@ -371,10 +401,30 @@ std::int64_t decoder::walk() {
     return n_tokens;
 }
 
-void decoder::step(std::span<request * const> requests) {
-    if (!collect_live(requests)) {
+void decoder::step(std::span<request * const> requests, request * prompt, std::int32_t n_prompt) {
+    const bool live = collect_live(requests);
+    mixed_          = false;
+    if (prompt && n_prompt > 0 && prompt->prefilling()) {
+        const auto chunk = std::span<const token_id>(prompt->to_prefill)
+                               .subspan(prompt->n_prefilled)
+                               .first(std::min<std::size_t>((std::size_t) n_prompt, prompt->n_prompt_left()));
+        if (!live) {
+            prefill(*prompt, n_prompt);
+            return;
+        }
+        model_.queue_prefill(prompt->slot, chunk);  // consumed by this step's decode()
+        mixed_ = true;
+    }
+    if (!live) {
         return;
     }
+    step_live();
+    if (mixed_) {
+        prefilled(*prompt, 1);
+    }
+}
+
+void decoder::step_live() {
     const double t_step0 = now_us();
     const double t_draft = draft_all();
     choose_budget();
@@ -389,7 +439,10 @@ void decoder::step(std::span<request * const> requests) {
     for (const request * r : live_) past_sum += model_.n_past(r->slot);
     const std::int64_t n_tokens = walk();
     const double       t_end    = now_us();
-    if (policy_) {
+    if (policy_ && mixed_) {
+        // Another request's prompt rows shared the pass: its time prices no shape the policy chooses.
+        policy_->observe_other_pass();
+    } else if (policy_) {
         step_report rep;
         rep.n_rows     = rows_;
         rep.n_requests = live_.size();

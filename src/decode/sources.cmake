@@ -5,5 +5,6 @@ set(REST_DECODE_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/online-budget.cpp
     ${CMAKE_CURRENT_LIST_DIR}/logprobs.cpp
     ${CMAKE_CURRENT_LIST_DIR}/slot-batch.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/prefill-pacer.cpp
     ${CMAKE_CURRENT_LIST_DIR}/exactness.cpp
 )

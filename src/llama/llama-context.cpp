@@ -160,15 +160,23 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
     use_threads(decode_threads_);
     layout_.resize(requests.size());  // every field is set below: reusing them keeps their buffers
 
-    int32_t n_rows = 0, n_pending = 0;
+    int32_t n_rows = 0, n_pending = 0, n_queued = 0;
     for (const auto & r : requests) {
         n_rows += 1 + (int32_t) r.tokens.size();
         n_pending += (int32_t) pending_[r.slot].size();
     }
+    for (const auto & q : queued_) n_queued += (int32_t) q.tokens.size();
+    // Queued prompt rows share the pass in the tree layout (one unified pool: llama.cpp runs the batch as one
+    // ubatch). With a sequence per slot llama.cpp would split a batch of unequal sequences into several passes, and
+    // the chain's rows would no longer be computed as in a pass of their own: there the prompt goes first, alone.
+    if (!queued_.empty() && (!trees_ || n_rows + n_pending + n_queued > n_batch_)) {
+        flush_queued();
+        n_queued = 0;
+    }
     if (n_rows > n_batch_) {
         return decode_status::no_memory;
     }
-    if (n_rows + n_pending > n_batch_) {
+    if (n_rows + n_pending + n_queued > n_batch_) {
         // The decoder sized the pass without the pending rows: decode them first, in a pass of their own.
         for (const auto & r : requests) {
             prefill(r.slot, {});
@@ -257,22 +265,54 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
             put(r.tokens[i], p0 + r.depths[i], seqs[i]);
         }
     }
+    row             = put_queued(row);
     batch_.n_tokens = row;
 
     const int32_t rc = llama_decode(ctx_.get(), batch_);
     ++n_forward_;
-    if (rc == 1) {
-        release_borrowed();
-        return decode_status::no_memory;
-    }
     if (rc != 0) {
         release_borrowed();
+        if (rc == 1) {
+            flush_queued();  // the prompt rows alone (they throw if even they do not fit)
+            return decode_status::no_memory;
+        }
+        queued_.clear();
         throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + ")");
     }
     for (const auto & r : requests) {
         pending_[r.slot].clear();  // in the KV memory now; commit() may leave new ones
     }
+    for (const auto & q : queued_) n_past_[q.slot] += (int32_t) q.tokens.size();
+    queued_.clear();
     return decode_status::ok;
+}
+
+void llama_target::queue_prefill(std::int32_t slot, std::span<const token_id> tokens) {
+    if (n_past_[slot] + (int32_t) tokens.size() > n_ctx_slot_) {
+        throw user_error("the prompt (" + std::to_string(tokens.size()) + " more tokens) does not fit the context (" +
+                         std::to_string(n_ctx_slot_) + " positions per slot)");
+    }
+    if (!tokens.empty()) queued_.push_back({slot, tokens});
+}
+
+int32_t llama_target::put_queued(int32_t row) {
+    for (const auto & q : queued_) {
+        for (size_t i = 0; i < q.tokens.size(); ++i, ++row) {
+            batch_.token[row]     = q.tokens[i];
+            batch_.pos[row]       = n_past_[q.slot] + (llama_pos) i;
+            batch_.n_seq_id[row]  = 1;
+            batch_.seq_id[row][0] = q.slot;
+            batch_.logits[row]    = 0;
+        }
+    }
+    return row;
+}
+
+void llama_target::flush_queued() {
+    std::vector<queued_rows> q = std::move(queued_);
+    queued_.clear();
+    for (const auto & r : q) prefill(r.slot, r.tokens);
+    use_threads(decode_threads_);
 }
 
 std::span<const float> llama_target::logits(std::int32_t request, std::int32_t node) const {
@@ -318,6 +358,16 @@ void llama_target::release_borrowed() {
         }
         lo.borrowed.clear();
     }
+}
+
+std::int32_t llama_target::keep_prefix(std::int32_t slot, std::int32_t n) {
+    // Pending tokens (tree layout) are committed but not in memory: keep only what is.
+    const int32_t in_memory = n_past_[slot] - (int32_t) pending_[slot].size();
+    const int32_t keep      = std::clamp(n, 0, in_memory);
+    llama_memory_seq_rm(mem_, slot, keep, -1);
+    n_past_[slot] = keep;
+    pending_[slot].clear();
+    return keep;
 }
 
 void llama_target::clear(std::int32_t slot) {

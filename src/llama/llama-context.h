@@ -53,6 +53,8 @@ class llama_target final : public target_model {
     std::span<const float> logits(std::int32_t request, std::int32_t node) const override;
     void commit(std::int32_t request, std::span<const std::int32_t> path) override;
     void clear(std::int32_t slot) override;
+    std::int32_t keep_prefix(std::int32_t slot, std::int32_t n) override;
+    void queue_prefill(std::int32_t slot, std::span<const token_id> tokens) override;
     std::int64_t n_forward() const override { return n_forward_; }
     std::int32_t n_pending(std::int32_t slot) const override { return (std::int32_t) pending_[slot].size(); }
 
@@ -67,6 +69,9 @@ class llama_target final : public target_model {
     };
 
     void release_borrowed();
+    // Puts queued prompt rows (queue_prefill) into the batch from `row` on; returns the next row.
+    int32_t put_queued(int32_t row);
+    void    flush_queued();  // runs them as passes of their own
 
     llama_context_ptr           ctx_;
     llama_memory_t              mem_ = nullptr;
@@ -85,6 +90,11 @@ class llama_target final : public target_model {
     std::vector<std::vector<token_id>> pending_;  // trees, per slot: accepted tokens to decode again at the head
                                                   // of the next batch, so that cells stay in position order
     std::vector<request_layout> layout_;
+    struct queued_rows {
+        std::int32_t              slot = 0;
+        std::span<const token_id> tokens;
+    };
+    std::vector<queued_rows>    queued_;  // prompt chunks for the next decode()
     std::int64_t                n_forward_ = 0;
 };
 
