@@ -39,6 +39,7 @@ struct engine::slot {
     text_stream                          text;
     double                               t_queue_ms = 0;
     rest::generation_stats               seen;  // req.stats already reported to the metrics
+    bool                                 prefill_seen = false;  // its prompt's processing was reported
 };
 
 engine::engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
@@ -46,7 +47,7 @@ engine::engine(const rest::model & model, rest::target_model & ctx, const rest::
                server_metrics & metrics) :
     model_(model), ctx_(ctx), ds_(ds), history_(history), params_(params), metrics_(metrics) {
     decoder_ = std::make_unique<rest::decoder>(ctx_, policy);
-    batch_   = std::make_unique<rest::slot_batch>(*decoder_, ctx_.n_slots());
+    batch_   = std::make_unique<rest::slot_batch>(*decoder_, ctx_.n_slots(), ctx_.n_rows_max());
     for (std::int32_t i = 0; i < ctx_.n_slots(); ++i) {
         slots_.push_back(std::make_unique<slot>());
         slots_.back()->index = i;
@@ -139,9 +140,33 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
         // End-of-generation tokens end the text; they are not part of it.
         return model_.is_eog(t) || sp->text.add(model_.vocab().piece(t));
     };
-    batch_->start(s.index, s.req, in.prompt);
-    s.seen = s.req.stats;
-    metrics_.on_prefill(s.req.stats.n_prompt, s.req.stats.n_forward, s.req.stats.t_prefill_us);
+    batch_->start(s.index, s.req, in.prompt, in.cache_prompt);
+    s.seen         = s.req.stats;
+    s.prefill_seen = false;
+}
+
+engine::slot * engine::pick_slot(const job_input & in) {
+    // The free slot whose memory shares the longest prefix with the prompt (llama-server's cache_prompt); without
+    // the cache, the free slot whose memory is worth least.
+    slot *      best   = nullptr;
+    std::size_t best_n = 0;
+    for (auto & sp : slots_) {
+        if (sp->busy) continue;
+        const std::size_t shared = batch_->n_reusable(sp->index, in.prompt);
+        const std::size_t n      = in.cache_prompt ? shared : SIZE_MAX - shared;
+        if (!best || n > best_n) {
+            best   = sp.get();
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+void engine::report_prefill(slot & s) {
+    if (s.prefill_seen || s.req.prefilling()) return;
+    s.prefill_seen                = true;
+    const rest::generation_stats & st = s.req.stats;  // (n_cached: H3 wires it to metrics)
+    metrics_.on_prefill(st.n_prompt, 0, st.t_prefill_us);  // (its passes are counted with the steps)
 }
 
 // The recorded log probabilities of the tokens that make up the returned text: EOG tokens are not text, and a
@@ -171,6 +196,7 @@ void engine::end(slot & s, end_kind kind) {
             background_.push([h = history_, doc = r.output] { h->add(doc); });
         }
     }
+    batch_->release(s.index);  // the slot's memory stays, for a request that starts alike (prompt cache)
     job_output out;
     out.finish_reason = kind == end_kind::finished ? finish_reason(r.stopped) : "cancelled";
     if (kind == end_kind::shutdown) {
@@ -188,11 +214,9 @@ void engine::end(slot & s, end_kind kind) {
     // Free the slot before the client hears the result, so a /health right after a reply never counts it busy.
     std::shared_ptr<job> j    = std::move(s.j);
     const std::string    tail = s.text.finish();
-    batch_->release(s.index);
     s.drafter.reset();
     s.sampler.reset();
     s.req = rest::request{};
-    ctx_.clear(s.index);  // its KV cells go back to the pool now, for other slots' trees
     {
         std::lock_guard<std::mutex> lock(mutex_);
         s.busy = false;
@@ -219,11 +243,10 @@ void engine::fail_active(const std::string & message) {
         metrics_.on_finish("error", s.req.stats.n_prompt, (std::int64_t) s.req.output.size(), s.t_queue_ms);
         s.j->finish(std::move(out));
         s.j.reset();
-        batch_->release(s.index);
+        batch_->release(s.index, false);  // what failed may have left the memory half-written
         s.drafter.reset();
         s.sampler.reset();
         s.req = rest::request{};
-        ctx_.clear(s.index);
         std::lock_guard<std::mutex> lock(mutex_);
         s.busy = false;
         --n_busy_;
@@ -254,16 +277,13 @@ void engine::loop() {
                     ++it;
                 }
             }
-            for (auto & sp : slots_) {
-                if (queue_.empty()) {
-                    break;
-                }
-                if (!sp->busy) {
-                    sp->busy = true;
-                    ++n_busy_;
-                    admitted.emplace_back(sp.get(), std::move(queue_.front()));
-                    queue_.pop_front();
-                }
+            while (!queue_.empty()) {
+                slot * s = pick_slot(queue_.front()->input());
+                if (!s) break;
+                s->busy = true;
+                ++n_busy_;
+                admitted.emplace_back(s, std::move(queue_.front()));
+                queue_.pop_front();
             }
             if (queue_.empty() && n_busy_ == 0) {
                 cv_idle_.notify_all();
@@ -292,11 +312,10 @@ void engine::loop() {
                 metrics_.on_finish("error", 0, 0, 0);
                 keep->finish(std::move(out));
                 s->j.reset();
-                batch_->release(s->index);  // (a no-op unless the prompt was processed before the throw)
+                batch_->release(s->index, false);  // (clears the slot's memory: begin() may have changed it)
                 s->drafter.reset();
                 s->sampler.reset();
                 s->req = rest::request{};
-                ctx_.clear(s->index);
                 std::lock_guard<std::mutex> lock(mutex_);
                 s->busy = false;
                 --n_busy_;
@@ -352,13 +371,16 @@ void engine::loop() {
             s->seen = now;
         }
         for (slot * s : active) {
+            report_prefill(*s);
             s->j->publish(s->text.take());
             if (s->req.done()) {
                 end(*s, end_kind::finished);
             }
         }
         st.t_step_us = now_us() - t0;
-        if (st.n_forward > 0) {
+        if (st.n_slots == 0) {
+            metrics_.on_prefill(0, st.n_forward, 0);  // a pass of prompt rows alone
+        } else if (st.n_forward > 0) {
             metrics_.on_step(st);
         }
     }

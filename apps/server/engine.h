@@ -74,6 +74,8 @@ class engine {
     void loop();
     enum class end_kind { finished, cancelled, shutdown };
     void begin(slot & s, std::shared_ptr<job> j);
+    slot * pick_slot(const job_input & in);  // under mutex_; nullptr: no free slot
+    void report_prefill(slot & s);           // metrics, once its prompt is processed
     void end(slot & s, end_kind kind);
     std::vector<position_logprobs> logprobs_of_text(const rest::request & r, std::size_t text_bytes) const;
     void fail_active(const std::string & message);

@@ -24,6 +24,7 @@ struct job_input {
     rest::sampler_params        sampling;
     std::vector<std::string>    stop;
     bool                        speculate   = true;
+    bool                        cache_prompt = true;  // start on the free slot whose memory shares most of the prompt
     std::int32_t                n_draft_max = -1; // per-request cap (-1: the server's)
     std::int32_t                n_logprobs  = -1; // >= 0: log probabilities with this many alternatives
     std::vector<rest::token_id> prediction;       // the predicted output, tokenized (drafts only)

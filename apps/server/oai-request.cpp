@@ -279,7 +279,7 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
         "stream_options", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n", "user",
-        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens"};
+        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens", "cache_prompt"};
     static const std::set<std::string> completion_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {
         "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
@@ -381,6 +381,7 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     }
     parse_prediction(body, spec);
     spec.speculate     = get_bool(body, "speculate", true);
+    spec.cache_prompt  = get_bool(body, "cache_prompt", true);
     spec.draft_max     = (std::int32_t) get_int(body, "draft_max", -1, 0, 256);
     spec.return_tokens = get_bool(body, "return_tokens", false);
     return spec;

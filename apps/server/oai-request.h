@@ -43,6 +43,8 @@ struct completion_spec {
 
     // rest.cpp extensions
     bool         speculate     = true;   // false: plain decoding for this request
+    // llama-server's cache_prompt: reuse the longest prefix of the prompt that a free slot's memory holds.
+    bool         cache_prompt  = true;
     std::int32_t draft_max     = -1;     // per-request cap on draft nodes per step (-1: server default)
     bool         return_tokens = false;  // add the generated token ids to the `rest` object
 };

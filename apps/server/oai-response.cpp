@@ -34,6 +34,7 @@ json usage_json(const job_output & out) {
     return json{{"prompt_tokens", out.n_prompt},
                 {"completion_tokens", out.n_completion},
                 {"total_tokens", out.n_prompt + out.n_completion},
+                {"prompt_tokens_details", {{"cached_tokens", out.stats.n_cached}}},
                 {"completion_tokens_details", details}};
 }
 

@@ -56,6 +56,7 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
     in.sampling    = spec.sampling;
     in.stop        = spec.stop;
     in.speculate   = spec.speculate;
+    in.cache_prompt = spec.cache_prompt;
     in.n_draft_max = spec.draft_max;  // the engine caps it by the server's
     in.n_logprobs  = spec.logprobs;
     return in;
