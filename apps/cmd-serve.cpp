@@ -9,6 +9,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <thread>
@@ -84,7 +85,16 @@ void add_serve_command(CLI::App & root) {
                     "max_tokens for requests that give none (-1: until end of generation or context)")
         ->capture_default_str();
     cmd->add_option("--history-file", p->history_path,
-                    "Online store file: loaded at start when present, saved at shutdown");
+                    "Online store file: loaded at start when present, saved periodically and at shutdown; one "
+                    "server per file (FILE.lock)");
+    cmd->add_option("--history-save-interval", p->history_save_interval_s,
+                    "Seconds between saves of a changed online store (0: only at shutdown)")
+        ->check([](const std::string & s) {  // CLI::NonNegativeNumber's message prints DBL_MAX in full
+            char *       end = nullptr;
+            const double v   = std::strtod(s.c_str(), &end);
+            return end != s.c_str() && *end == '\0' && v >= 0 ? std::string() : "must be a number of seconds >= 0";
+        })
+        ->capture_default_str();
     cmd->add_option("--history-max", p->history_tokens_max, "Online store capacity in tokens (0: off)")->capture_default_str();
     cmd->add_option("--queue-max", p->queue_max, "Most requests waiting for a slot (then 503)")->capture_default_str();
     cmd->add_option("--threads-http", p->n_threads_http, "HTTP worker threads (0: max(32, 4 x slots))")

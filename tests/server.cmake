@@ -3,8 +3,10 @@
 rest_add_test(test-server-unit SOURCES test-server-unit.cpp LIBS rest-server LABELS server TIMEOUT 60)
 rest_add_test(test-server-api SOURCES test-server-api.cpp LIBS rest-server LABELS server TIMEOUT 240)
 rest_add_test(test-server-lifecycle SOURCES test-server-lifecycle.cpp LIBS rest-server LABELS server TIMEOUT 240)
+rest_add_test(test-server-history SOURCES test-server-history.cpp LIBS rest-server LABELS server TIMEOUT 240)
 add_dependencies(test-server-api rest-cli)
 add_dependencies(test-server-lifecycle rest-cli)
+add_dependencies(test-server-history rest-cli)
 
 set(_rest_server_env "REST_SHARED_DATA=${REST_SHARED_DATA_DIR};REST_BIN=${CMAKE_BINARY_DIR}/bin;REST_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp;RESTCPP_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
 add_test(NAME test-server-openai-client COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai-client/run.sh)

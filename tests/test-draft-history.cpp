@@ -1,5 +1,5 @@
 // history_store: FIFO bound by tokens, segment suffix arrays equal to a naive sort, snapshot isolation, concurrent
-// use, save/load round trips and one-line errors for bad files.
+// use, save/load round trips and one-line errors for bad files, also for every truncation and random damage.
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 
@@ -8,9 +8,16 @@
 
 #include <gtest/gtest.h>
 
+// Header-only, so the test can forge files whose checksums pass and reach the payload checks.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 using namespace rest;
@@ -183,6 +190,177 @@ TEST(draft_history, bad_files_are_user_errors) {
     expect_error(good, "fingerprint", 6);
     history_store any({.n_tokens_max = 100});  // fingerprint 0 accepts any
     EXPECT_NO_THROW(any.load(good));
+}
+
+namespace {
+
+std::vector<char> read_bytes(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string write_bytes(const std::string & name, const std::vector<char> & b) {
+    const std::string p = temp_path(name);
+    std::ofstream(p, std::ios::binary | std::ios::trunc).write(b.data(), static_cast<std::streamsize>(b.size()));
+    return p;
+}
+
+// Loads path into a store that already holds one document. Returns the error message, "" when it loaded; a failed
+// load must leave the store as it was (it publishes only a whole file).
+std::string load_error(const std::string & path) {
+    history_store               h({.n_tokens_max = 1000});
+    const std::vector<token_id> before = {7, 8, 9};
+    h.add(before);
+    try {
+        h.load(path);
+    } catch (const user_error & e) {
+        const std::string msg = e.what();
+        EXPECT_EQ(stored_documents(h), std::vector<std::vector<token_id>>{before}) << msg;
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+        EXPECT_NE(msg.find(path), std::string::npos) << msg;
+        return msg.empty() ? "(empty message)" : msg;
+    }
+    for (const auto & d : stored_documents(h)) {
+        for (const token_id t : d) {
+            EXPECT_GE(t, 0);
+        }
+    }
+    EXPECT_LE(h.n_tokens(), 1000u);
+    return "";
+}
+
+// The on-disk header (history-store.cpp), for forging files with valid checksums.
+struct forged_header {
+    char          magic[8];
+    std::uint32_t version;
+    std::uint32_t header_bytes;
+    std::uint64_t fingerprint;
+    std::uint64_t n_documents;
+    std::uint64_t n_tokens;
+    std::uint64_t payload_bytes;
+    std::uint64_t payload_checksum;
+    std::uint64_t header_checksum;
+};
+static_assert(sizeof(forged_header) == 64);
+
+std::vector<char> forge_file(const std::vector<char> & payload, std::uint64_t n_tokens) {
+    forged_header hd{};
+    std::memcpy(hd.magic, "RESTHIST", 8);
+    hd.version          = 1;
+    hd.header_bytes     = sizeof(hd);
+    hd.n_tokens         = n_tokens;
+    hd.payload_bytes    = payload.size();
+    hd.payload_checksum = XXH3_64bits(payload.data(), payload.size());
+    hd.header_checksum  = XXH3_64bits(&hd, offsetof(forged_header, header_checksum));
+    std::vector<char> b(sizeof(hd));
+    std::memcpy(b.data(), &hd, sizeof(hd));
+    b.insert(b.end(), payload.begin(), payload.end());
+    return b;
+}
+
+}  // namespace
+
+// A crash mid-write is what the server's atomic save prevents, but a file can still be cut short or damaged on
+// disk; every such file must be a one-line user_error, never a crash or an allocation sized by garbage.
+TEST(draft_history, every_truncation_is_a_user_error) {
+    std::mt19937  rng(40);
+    history_store h({.n_tokens_max = 1000, .fingerprint = 3});
+    for (const auto & d : rest_ref::random_documents(rng, 5, 12, 100)) {
+        h.add(d);
+    }
+    const std::string good  = temp_path("draft-history-prefix-src.bin");
+    h.save(good);
+    const std::vector<char> bytes = read_bytes(good);
+    ASSERT_GT(bytes.size(), 64u + 5 * 4);
+    ASSERT_EQ(load_error(good), "");
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+        const std::string path = write_bytes("draft-history-prefix.bin", {bytes.begin(), bytes.begin() + n});
+        EXPECT_NE(load_error(path), "") << "a " << n << "-byte prefix of " << bytes.size() << " loaded";
+    }
+}
+
+TEST(draft_history, garbled_bytes_are_user_errors) {
+    std::mt19937  rng(41);
+    history_store h({.n_tokens_max = 1000});
+    for (const auto & d : rest_ref::random_documents(rng, 8, 20, 300)) {
+        h.add(d);
+    }
+    const std::string good = temp_path("draft-history-garble-src.bin");
+    h.save(good);
+    const std::vector<char> bytes = read_bytes(good);
+    std::uniform_int_distribution<int> byte(0, 255);
+    // A few damaged bytes anywhere: the header fields, the lengths, the tokens.
+    for (int trial = 0; trial < 1000; ++trial) {
+        std::vector<char> b = bytes;
+        const int         n_damaged = 1 + trial % 8;
+        for (int k = 0; k < n_damaged; ++k) {
+            const std::size_t at = std::uniform_int_distribution<std::size_t>(0, b.size() - 1)(rng);
+            b[at] = static_cast<char>(b[at] ^ (1 + byte(rng) % 255));  // always a different value
+        }
+        const std::string path = write_bytes("draft-history-garbled.bin", b);
+        EXPECT_NE(load_error(path), "") << "trial " << trial << ": a damaged file loaded";
+    }
+    // Random bytes, with and without the magic, of every small length and some large ones.
+    for (int trial = 0; trial < 300; ++trial) {
+        const std::size_t n = trial < 200 ? trial : std::uniform_int_distribution<std::size_t>(0, 1 << 16)(rng);
+        std::vector<char> b(n);
+        for (char & c : b) {
+            c = static_cast<char>(byte(rng));
+        }
+        if (trial % 2 == 1 && n >= 8) {
+            std::memcpy(b.data(), "RESTHIST", 8);
+        }
+        const std::string path = write_bytes("draft-history-random.bin", b);
+        EXPECT_NE(load_error(path), "") << "trial " << trial << ": " << n << " random bytes loaded";
+    }
+}
+
+// Checksums pass, the payload lies: lengths past the end, tokens past INT32_MAX, a wrong token count, a payload
+// that is not whole words. The lengths the file claims must be checked before anything is sized by them.
+TEST(draft_history, forged_payloads_never_crash) {
+    std::mt19937                            rng(42);
+    std::uniform_int_distribution<uint32_t> any_word;
+    int                                     n_loaded = 0, n_refused = 0;
+    std::map<std::string, int>              n_by_check;  // which payload check refused, to prove each is reached
+    for (int trial = 0; trial < 2000; ++trial) {
+        std::vector<std::uint32_t> words;
+        std::uint64_t              n_tokens = 0;
+        const int                  n_docs   = trial % 6;
+        for (int k = 0; k < n_docs; ++k) {
+            const std::uint32_t len = std::uniform_int_distribution<std::uint32_t>(0, 20)(rng);
+            words.push_back(len);
+            for (std::uint32_t i = 0; i < len; ++i) {
+                words.push_back(std::uniform_int_distribution<std::uint32_t>(0, 5000)(rng));
+            }
+            n_tokens += len;
+        }
+        switch (trial % 5) {
+            case 0: break;  // well formed
+            case 1: if (!words.empty()) { words[std::uniform_int_distribution<std::size_t>(0, words.size() - 1)(rng)] = any_word(rng); } break;
+            case 2: words.push_back(any_word(rng)); break;  // a length with nothing after it
+            case 3: n_tokens += 1 + trial % 3; break;
+            case 4: if (!words.empty()) { words.back() = 0x80000000u + (any_word(rng) >> 1); } break;
+        }
+        std::vector<char> payload(words.size() * 4);
+        std::memcpy(payload.data(), words.data(), payload.size());
+        if (trial % 7 == 3) {
+            payload.push_back('x');  // not a whole number of words
+        }
+        const std::string path = write_bytes("draft-history-forged.bin", forge_file(payload, n_tokens));
+        const std::string err  = load_error(path);
+        (err.empty() ? n_loaded : n_refused)++;
+        for (const char * check : {"runs past the end", "invalid token", "tokens, the header says"}) {
+            n_by_check[check] += err.find(check) != std::string::npos;
+        }
+        if (trial % 5 == 0 && trial % 7 != 3) {
+            EXPECT_EQ(err, "") << "trial " << trial << ": a well-formed forged file was refused";
+        }
+    }
+    EXPECT_GT(n_loaded, 0);
+    EXPECT_GT(n_refused, 0);
+    for (const auto & [check, n] : n_by_check) {
+        EXPECT_GT(n, 0) << "no forged file reached the check '" << check << "'";
+    }
 }
 
 TEST(draft_history, concurrent_writers_and_drafters) {

@@ -25,8 +25,9 @@ struct server_params {
     std::string  layout = "auto";       // draft verification layout, as `rest generate --draft-layout`
     std::int32_t n_predict   = -1;      // max_tokens when a request gives none (-1: until EOG or the slot's context end)
 
-    std::string   history_path;             // online store: loaded at start when present, saved at shutdown
+    std::string   history_path;             // online store: loaded at start when present, saved periodically and at exit
     std::uint64_t history_tokens_max = 1 << 20;  // its capacity in tokens
+    double        history_save_interval_s = 60;  // also saved this often when changed (0: at shutdown only)
 
     std::int32_t n_threads_http = 0;    // HTTP worker threads (0: max(32, 4 * n_parallel))
     std::int32_t queue_max      = 512;  // most requests waiting for a slot; beyond it requests get 503

@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include "engine.h"
+#include "history-persist.h"
 #include "http-util.h"
 #include "metrics.h"
 #include "routes.h"
@@ -46,6 +47,7 @@ struct server::impl {
     std::unique_ptr<rest::model>         model;
     std::unique_ptr<rest::datastore>     datastore;
     std::unique_ptr<rest::history_store> history;
+    std::unique_ptr<history_persist>     persist;  // null without --history-file; declared after history, which it saves
     std::unique_ptr<rest::target_model>  ctx;
     std::unique_ptr<rest::budget_policy> policy;
     std::string                          budget_key;  // "": the policy learns nothing worth keeping
@@ -68,6 +70,9 @@ server::impl::impl(const server_params & p) : params(p) {
     if (p.n_parallel < 1) {
         throw rest::user_error("--parallel must be at least 1, got " + std::to_string(p.n_parallel));
     }
+    if (!p.history_path.empty()) {
+        persist = std::make_unique<history_persist>(p.history_path, p.history_save_interval_s);  // before the slow part
+    }
     rest::llama_log_quiet();
     model            = rest::model::load(p.model_path, p.n_gpu_layers);
     const auto & tok = model->vocab();
@@ -78,8 +83,8 @@ server::impl::impl(const server_params & p) : params(p) {
     hp.n_tokens_max = p.history_tokens_max;
     hp.fingerprint  = tok.fingerprint();
     history         = std::make_unique<rest::history_store>(hp);
-    if (!p.history_path.empty() && std::filesystem::exists(p.history_path)) {
-        history->load(p.history_path);
+    if (persist) {
+        persist->load(*history);
     }
 
     rest::context_params cp;
@@ -197,6 +202,9 @@ void server::request_shutdown() {
 void server::run() {
     impl & d = *impl_;
     d.eng->start();
+    if (d.persist) {
+        d.persist->start();
+    }
     std::thread listener([&d] {
         d.http.listen_after_bind();
         std::lock_guard<std::mutex> lock(d.mutex);
@@ -238,8 +246,7 @@ void server::run() {
     if (!d.budget_key.empty()) {
         save_budget_state(d.budget_key, d.params.index_path, d.policy->export_state());  // the next start is warm
     }
-    if (!d.params.history_path.empty()) {
-        d.history->save(d.params.history_path);
+    if (d.persist && d.persist->stop_and_save()) {
         std::fprintf(stderr, "rest serve: saved the online store (%llu documents, %llu tokens) to %s\n",
                      (unsigned long long) d.history->n_documents(), (unsigned long long) d.history->n_tokens(),
                      d.params.history_path.c_str());

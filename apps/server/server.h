@@ -4,7 +4,8 @@
 // Threads: the caller's thread runs run(); one engine thread owns the context and the decoder; cpp-httplib's
 // worker pool runs the routes. Shutdown (request_shutdown(), e.g. from a SIGTERM watcher) drains: new requests
 // get 503, in-flight and queued ones finish (up to drain_timeout_s, then they are cancelled), then the HTTP
-// server and the engine stop and the online store is saved when a path is configured.
+// server and the engine stop and the online store is saved when a path is configured (and, while serving, every
+// --history-save-interval seconds: history-persist.h).
 #pragma once
 
 #include "server-params.h"
@@ -14,7 +15,8 @@
 
 class server {
   public:
-    // Throws rest::user_error for a bad model, index or store file, or a port that cannot be bound.
+    // Throws rest::user_error for a bad model or index, a store file another server holds (a damaged one is set
+    // aside instead), or a port that cannot be bound.
     explicit server(const server_params & params);
     ~server();
     server(const server &) = delete;

@@ -7,6 +7,7 @@ pkg_check_modules(REST_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 add_library(rest-server STATIC
     ${CMAKE_CURRENT_LIST_DIR}/conn-probe.cpp
     ${CMAKE_CURRENT_LIST_DIR}/engine.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/history-persist.cpp
     ${CMAKE_CURRENT_LIST_DIR}/http-util.cpp
     ${CMAKE_CURRENT_LIST_DIR}/job.cpp
     ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
