@@ -1,6 +1,9 @@
-// The server's pure parts: OpenAI request validation, and the text stream that cuts stop strings and holds back
-// partial UTF-8, checked against a naive reference on seeded random piece sequences.
+// The server's pure parts: OpenAI request validation, the text stream that cuts stop strings and holds back
+// partial UTF-8 (checked against a naive reference on seeded random piece sequences), a job's published text and
+// log probabilities, and stream chunks' shapes.
 #include "oai-request.h"
+#include "oai-response.h"
+#include "job.h"
 #include "text-stream.h"
 #include "api-error.h"
 
@@ -115,7 +118,6 @@ TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
         {R"({"prompt": "x", "draft_max": 1000})", "draft_max"},
         {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
         {R"({"prompt": "x", "logprobs": true})", "logprobs"},
-        {R"({"prompt": "x", "logprobs": 1, "stream": true})", "logprobs"},
         {R"({"prompt": [[1], [2]]})", "prompt"},
         {R"({"prompt": "x", "prediction": "text"})", "prediction"},
         {R"({"prompt": "x", "prediction": {"type": "text", "content": "y"}})", "prediction.type"},
@@ -224,4 +226,65 @@ TEST(ServerTextStream, HoldsBackOnlyWhatCanStillChange) {
     EXPECT_EQ(ts.take(), "xx");
     EXPECT_EQ(ts.finish(), "");
     EXPECT_EQ(ts.text(), "hello START\xE2\x82\xAC!xx");
+}
+
+TEST(ServerRequest, LogprobsMayBeStreamed) {
+    const completion_spec c =
+        parse_completion_request(R"({"prompt": "x", "logprobs": 2, "stream": true})", api_kind::completion);
+    EXPECT_TRUE(c.stream);
+    EXPECT_EQ(c.logprobs, 2);
+    const completion_spec h = parse_completion_request(
+        R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 3, "stream": true})",
+        api_kind::chat);
+    EXPECT_TRUE(h.stream);
+    EXPECT_EQ(h.logprobs, 3);
+}
+
+// released() is where a stream chunk's text ends: the bound that picks the chunk's log probabilities.
+TEST(ServerTextStream, ReleasedCountsTheBytesTaken) {
+    text_stream ts({"STOP"});
+    ts.add("ab\xE2\x82");  // "ab" and half of €
+    EXPECT_EQ(ts.take(), "ab");
+    EXPECT_EQ(ts.released(), 2u);
+    ts.add("\xAC ST");  // € done, " ST" may begin STOP
+    EXPECT_EQ(ts.take(), "\xE2\x82\xAC ");
+    EXPECT_EQ(ts.released(), 6u);
+    EXPECT_FALSE(ts.add("OP!"));
+    EXPECT_EQ(ts.finish(), "");
+    EXPECT_EQ(ts.released(), 6u);
+}
+
+// What the engine publishes piles up until the HTTP side takes it, text and log probabilities in order.
+TEST(ServerJob, PublishedLogprobsArriveInOrderWithTheirText) {
+    job j(job_input{});
+    j.publish({"ab", {{{"a", -0.5f}, {}}, {{"b", -1.0f}, {}}}});
+    j.publish({"", {}});  // nothing: no news
+    j.publish({"c", {{{"c", -2.0f}, {}}}});
+    text_release got;
+    EXPECT_FALSE(j.wait(std::chrono::milliseconds(0), got));
+    EXPECT_EQ(got.text, "abc");
+    ASSERT_EQ(got.logprobs.size(), 3u);
+    EXPECT_EQ(got.logprobs[2].chosen.piece, "c");
+    j.finish(job_output{});
+    text_release after;
+    EXPECT_TRUE(j.wait(std::chrono::milliseconds(0), after));
+    EXPECT_TRUE(after.empty());
+}
+
+// A chunk's completions-shape log probabilities count text_offset from the completion's start.
+TEST(ServerResponse, ChunkLogprobsContinueTheTextOffsets) {
+    response_meta m;
+    m.kind     = api_kind::completion;
+    m.logprobs = 1;
+    const std::vector<position_logprobs> lps = {{{"lo", -0.25f}, {{"lo", -0.25f}}}, {{"w", -1.5f}, {{"w", -1.5f}}}};
+    const nlohmann::json c = chunk_json(m, "low", nullptr, false, logprobs_json(m.kind, lps, 5));
+    const nlohmann::json & lp = c["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"], nlohmann::json::array({"lo", "w"}));
+    EXPECT_EQ(lp["text_offset"], nlohmann::json::array({5, 7}));
+    EXPECT_EQ(lp["top_logprobs"][1]["w"], -1.5);
+    m.kind = api_kind::chat;
+    const nlohmann::json h = chunk_json(m, "low", nullptr, false, logprobs_json(m.kind, lps));
+    EXPECT_EQ(h["choices"][0]["delta"]["content"], "low");
+    EXPECT_EQ(h["choices"][0]["logprobs"]["content"][1]["token"], "w");
+    EXPECT_TRUE(chunk_json(m, "x", nullptr)["choices"][0]["logprobs"].is_null());
 }
