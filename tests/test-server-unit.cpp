@@ -4,11 +4,13 @@
 #include "oai-request.h"
 #include "oai-response.h"
 #include "job.h"
+#include "metrics.h"
 #include "text-stream.h"
 #include "api-error.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -287,4 +289,58 @@ TEST(ServerResponse, ChunkLogprobsContinueTheTextOffsets) {
     EXPECT_EQ(h["choices"][0]["delta"]["content"], "low");
     EXPECT_EQ(h["choices"][0]["logprobs"]["content"][1]["token"], "w");
     EXPECT_TRUE(chunk_json(m, "x", nullptr)["choices"][0]["logprobs"].is_null());
+}
+
+namespace {
+
+// The value of one series in Prometheus text, or -1 when absent.
+double series_value(const std::string & text, const std::string & series) {
+    const size_t pos = text.find("\n" + series + " ");
+    return pos == std::string::npos ? -1 : std::atof(text.c_str() + pos + 1 + series.size() + 1);
+}
+
+}  // namespace
+
+// vLLM's semantics: a draft is one request step that verified draft tokens; position i counts the drafts whose
+// accepted run reached i. Steps without drafts count nowhere.
+TEST(ServerMetrics, SpecDecodeCountsFollowVllm) {
+    server_metrics m;
+    step_sample    a;
+    a.add_draft(8, 3);  // a tree of 8 nodes, a path of 3 accepted
+    a.add_draft(0, 0);  // another slot decoding plainly
+    a.n_forward = 1;
+    m.on_step(a);
+    step_sample b;
+    b.add_draft(4, 0);
+    b.add_draft(2, 1);
+    b.n_forward = 1;
+    m.on_step(b);
+    const std::string t = m.prometheus(metrics_gauges{});
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_drafts_total"), 3);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_draft_tokens_total"), 14);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_total"), 4);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}"), 2);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}"), -1);
+    EXPECT_EQ(series_value(t, "rest_draft_tokens_total"), 14);  // today's name, same figure
+}
+
+// Cached prompt tokens add up beside all prompt tokens; each prefill lands in the first bucket that holds it, and
+// buckets are cumulative.
+TEST(ServerMetrics, PromptCacheAndPrefillHistogram) {
+    server_metrics m;
+    EXPECT_EQ(series_value(m.prometheus(metrics_gauges{}), "rest:request_prefill_time_seconds_count"), 0);
+    m.on_prefill(100, 60, 1, 2000);     // 2 ms
+    m.on_prefill(10, 0, 1, 2'000'000);  // 2 s
+    const std::string t = m.prometheus(metrics_gauges{});
+    EXPECT_EQ(series_value(t, "rest:prompt_tokens_total"), 110);
+    EXPECT_EQ(series_value(t, "rest:prompt_tokens_cached_total"), 60);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"0.001\"}"), 0);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"0.0025\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"1.5\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"2\"}"), 2);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"+Inf\"}"), 2);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_count"), 2);
+    EXPECT_NEAR(series_value(t, "rest:request_prefill_time_seconds_sum"), 2.002, 1e-9);
 }

@@ -83,7 +83,8 @@ void server_metrics::on_status(int status) {
     ++responses_[status];
 }
 
-void server_metrics::on_prefill(std::int64_t n_tokens, std::int64_t n_cached, std::int64_t n_forward, double t_us) {
+void server_metrics::on_prefill(std::int64_t n_tokens, std::int64_t n_cached, std::int64_t n_forward,
+                                double t_us) {
     std::lock_guard<std::mutex> lock(mutex_);
     n_prompt_tokens_ += n_tokens;
     n_cached_tokens_ += n_cached;
