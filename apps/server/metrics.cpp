@@ -167,7 +167,8 @@ std::string server_metrics::prometheus(const metrics_gauges & g) const {
     for (const auto & [r, n] : finished_) {
         sample(out, "rest_generations_total", "reason=\"" + r + "\"", (double) n);
     }
-    metric(out, "rest_prompt_tokens_total", "counter", "Prompt tokens processed.", (double) n_prompt_tokens_);
+    metric(out, "rest_prompt_tokens_total", "counter", "Prompt tokens of admitted requests (cached ones included).",
+           (double) n_prompt_tokens_);
     metric(out, "rest_generated_tokens_total", "counter", "Tokens generated.", (double) n_completion_tokens_);
     metric(out, "rest_target_forwards_total", "counter", "Target model forward passes (llama_decode calls: prompt "
            "chunks and decoding steps).", (double) n_forward_);
