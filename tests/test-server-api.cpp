@@ -460,7 +460,6 @@ TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
         {"/v1/completions", R"({"prompt": "hi", "seed": "x"})", 400, "seed"},
         {"/v1/completions", R"({"prompt": "hi", "echo": true})", 400, "echo"},
         {"/v1/completions", R"({"prompt": "hi", "logprobs": 21})", 400, "logprobs"},
-        {"/v1/completions", R"({"prompt": "hi", "logprobs": 2, "stream": true})", 400, "logprobs"},
         {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400,
          "top_logprobs"},
         {"/v1/completions", R"({"prompt": "hi", "frobnicate": 1})", 400, "frobnicate"},
@@ -583,4 +582,430 @@ TEST_F(ServerApi, MetricsArePrometheusText) {
     }
     EXPECT_EQ(metric_value(m.body, "rest_slots"), 4);
     EXPECT_GT(metric_value(m.body, "rest_requests_total{endpoint=\"completions\"}"), 0);
+}
+
+// ---- Streamed log probabilities ----
+//
+// The rule both shapes follow: the whole response carries token i's log probabilities iff its piece starts before
+// the end of the returned text (EOG tokens excluded); a stream chunk that brings the text to byte B carries those of
+// the tokens not sent yet whose pieces start before B. So the chunks' log probabilities, joined, are the response's.
+
+namespace {
+
+// The pieces of a response's tokens that can be text: up to the first end-of-generation token.
+std::vector<std::string> text_pieces(const rest::model & m, const std::vector<int> & tokens) {
+    std::vector<std::string> pieces;
+    for (const int t : tokens) {
+        if (m.is_eog(t)) {
+            break;
+        }
+        pieces.push_back(m.vocab().piece(t));
+    }
+    return pieces;
+}
+
+// How many of the pieces start before byte `end` of their concatenation.
+size_t n_starting_before(const std::vector<std::string> & pieces, size_t end) {
+    size_t n = 0, start = 0;
+    while (n < pieces.size() && start < end) {
+        start += pieces[n++].size();
+    }
+    return n;
+}
+
+size_t n_logprob_entries(const json & lp, bool chat) {
+    if (lp.is_null()) {
+        return 0;
+    }
+    return chat ? lp["content"].size() : lp["tokens"].size();
+}
+
+// The stream's chunks' choice.logprobs joined into one, in the unstreamed response's shape.
+json joined_logprobs(const sse_reply & r, bool chat) {
+    json out = chat ? json{{"content", json::array()}}
+                    : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                           {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    for (const auto & ev : r.events) {
+        if (!ev.contains("choices") || ev["choices"].empty() || ev["choices"][0]["logprobs"].is_null()) {
+            continue;
+        }
+        for (auto & [key, values] : out.items()) {
+            for (const auto & v : ev["choices"][0]["logprobs"][key]) {
+                values.push_back(v);
+            }
+        }
+    }
+    return out;
+}
+
+// Checks the chunk rule on a stream: after each chunk, the log probabilities sent so far are those of the tokens
+// whose pieces start before the end of the text sent so far. Returns "" or what broke it.
+std::string check_chunk_rule(const sse_reply & r, bool chat, const std::vector<std::string> & pieces) {
+    size_t text_end = 0, n_sent = 0;
+    for (size_t i = 0; i < r.events.size(); ++i) {
+        const json & ev = r.events[i];
+        if (!ev.contains("choices") || ev["choices"].empty()) {
+            continue;
+        }
+        const json & c = ev["choices"][0];
+        if (chat) {
+            if (c["delta"].contains("content")) {
+                text_end += c["delta"]["content"].get<std::string>().size();
+            }
+        } else {
+            text_end += c["text"].get<std::string>().size();
+        }
+        n_sent += n_logprob_entries(c["logprobs"], chat);
+        const size_t want = n_starting_before(pieces, text_end);
+        if (n_sent != want) {
+            return "after event " + std::to_string(i) + " (text at byte " + std::to_string(text_end) + "): " +
+                   std::to_string(n_sent) + " log probabilities sent, the rule says " + std::to_string(want);
+        }
+    }
+    return "";
+}
+
+// The joined stream's log probabilities against the whole response's: the same tokens and alternatives, values
+// within tol (the runs verify different drafts, so batched rounding may differ).
+void expect_same_logprobs(const json & streamed, const json & whole, bool chat, double tol) {
+    if (chat) {
+        const json & a = streamed["content"];
+        const json & b = whole["content"];
+        ASSERT_EQ(a.size(), b.size()) << a.dump() << "\nvs\n" << b.dump();
+        for (size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(a[i]["token"], b[i]["token"]) << i;
+            EXPECT_EQ(a[i]["bytes"], b[i]["bytes"]) << i;
+            EXPECT_NEAR(a[i]["logprob"].get<double>(), b[i]["logprob"].get<double>(), tol) << i;
+            ASSERT_EQ(a[i]["top_logprobs"].size(), b[i]["top_logprobs"].size()) << i;
+            for (size_t k = 0; k < a[i]["top_logprobs"].size(); ++k) {
+                EXPECT_EQ(a[i]["top_logprobs"][k]["token"], b[i]["top_logprobs"][k]["token"]) << i << "/" << k;
+                EXPECT_NEAR(a[i]["top_logprobs"][k]["logprob"].get<double>(),
+                            b[i]["top_logprobs"][k]["logprob"].get<double>(), tol) << i << "/" << k;
+            }
+        }
+        return;
+    }
+    ASSERT_EQ(streamed["tokens"], whole["tokens"]);
+    EXPECT_EQ(streamed["text_offset"], whole["text_offset"]);
+    ASSERT_EQ(streamed["token_logprobs"].size(), whole["token_logprobs"].size());
+    ASSERT_EQ(streamed["top_logprobs"].size(), whole["top_logprobs"].size());
+    for (size_t i = 0; i < whole["token_logprobs"].size(); ++i) {
+        EXPECT_NEAR(streamed["token_logprobs"][i].get<double>(), whole["token_logprobs"][i].get<double>(), tol) << i;
+        const json & ta = streamed["top_logprobs"][i];
+        const json & tb = whole["top_logprobs"][i];
+        ASSERT_EQ(ta.size(), tb.size()) << i;
+        for (const auto & [piece, v] : tb.items()) {
+            ASSERT_TRUE(ta.contains(piece)) << i << ": " << piece;
+            EXPECT_NEAR(ta[piece].get<double>(), v.get<double>(), tol) << i << ": " << piece;
+        }
+    }
+}
+
+// A stop string that first occurs strictly inside a token's piece past the text's first third, so the token that
+// completes it is cut in the middle (its start is text, its end is not). "" when the text has none.
+std::string stop_inside_a_piece(const std::vector<std::string> & pieces) {
+    std::string full;
+    for (const auto & p : pieces) full += p;
+    std::vector<size_t> starts;
+    size_t              start = 0;
+    for (const auto & p : pieces) {
+        starts.push_back(start);
+        start += p.size();
+    }
+    for (size_t k = 0; k < pieces.size(); ++k) {
+        if (starts[k] < full.size() / 3 || pieces[k].size() < 3) {
+            continue;
+        }
+        const std::string stop = full.substr(starts[k] + 1, 3);
+        const bool ascii = std::all_of(stop.begin(), stop.end(), [](char c) { return (unsigned char) c < 0x80; });
+        const size_t      at    = full.find(stop);
+        if (ascii && at != 0 && std::find(starts.begin(), starts.end(), at) == starts.end()) {
+            return stop;
+        }
+    }
+    return "";
+}
+
+// Stop strings that never match but whose proper prefixes are whole pieces of the text (up to 15, so 16 stops in
+// all): the stream holds each such piece back until the next one decides, and its token's log probabilities must
+// wait with it. (Whether a chunk ends there depends on when the HTTP thread reads, so many chances are given.)
+json stops_held_back(const std::vector<std::string> & pieces) {
+    json stops = json::array();
+    for (size_t k = 2; k < pieces.size() && stops.size() < 15; ++k) {
+        const std::string & p = pieces[k];
+        const std::string   s = p + "\x01";
+        if (!p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return (unsigned char) c < 0x80; }) &&
+            std::find(stops.begin(), stops.end(), s) == stops.end()) {
+            stops.push_back(s);
+        }
+    }
+    return stops;
+}
+
+// One request, streamed and not, both with a stop string cut inside a piece (and others that hold text back): the stream's chunks follow the rule
+// and their log probabilities join into the response's. Returns the stream (for further checks).
+// Without cut_at_stop, the request as given.
+sse_reply expect_stream_matches(const client & c, const rest::model & m, const std::string & path, json body,
+                                bool chat, double tol, bool cut_at_stop = true) {
+    body["return_tokens"] = true;
+    body["stream"]        = false;
+    std::string stop;
+    if (cut_at_stop) {
+        const http_reply full = c.post(path, body);
+        EXPECT_EQ(full.status, 200) << full.body;
+        if (full.status != 200) return {};
+        const std::vector<std::string> pieces = text_pieces(m, tokens_of(full.json["rest"]["tokens"]));
+        stop = stop_inside_a_piece(pieces);
+        EXPECT_NE(stop, "") << "no piece to cut inside: " << full.body;
+        body["stop"] = stops_held_back(pieces);
+        body["stop"].push_back(stop);
+    }
+
+    const http_reply whole = c.post(path, body);
+    EXPECT_EQ(whole.status, 200) << whole.body;
+    body["stream"]        = true;
+    const sse_reply s     = c.stream(path, body);
+    EXPECT_TRUE(s.done) << s.raw;
+    if (whole.status != 200 || !s.done || s.events.empty()) return s;
+    const json & choice = whole.json["choices"][0];
+    if (cut_at_stop) {
+        EXPECT_EQ(choice["finish_reason"], "stop") << "the stop string '" << stop << "' did not end the text";
+    }
+    const std::string text = chat ? choice["message"]["content"].get<std::string>() : choice["text"].get<std::string>();
+    EXPECT_EQ(joined_text(s, chat), text);
+    const auto tokens = tokens_of(whole.json["rest"]["tokens"]);
+    EXPECT_EQ(tokens_of(s.events.back()["rest"]["tokens"]), tokens) << "the two runs generated differently";
+    const std::vector<std::string> pieces = text_pieces(m, tokens);
+    // The token that completed the stop string starts inside the text and ends past it: its log probabilities are
+    // included, so the entries cover more than the text.
+    const size_t n = n_starting_before(pieces, text.size());
+    size_t       covered = 0;
+    for (size_t i = 0; i < n; ++i) covered += pieces[i].size();
+    if (cut_at_stop) {
+        EXPECT_GT(covered, text.size()) << "stop '" << stop << "' did not cut inside a piece";
+    }
+    EXPECT_EQ(n_logprob_entries(choice["logprobs"], chat), n);
+    EXPECT_EQ(check_chunk_rule(s, chat, pieces), "");
+    expect_same_logprobs(joined_logprobs(s, chat), choice["logprobs"], chat, tol);
+    EXPECT_TRUE(s.events.back()["choices"][0]["logprobs"].is_null());  // the final chunk releases no text
+    return s;
+}
+
+}  // namespace
+
+// Chat on the fixture (it has a chat template): greedy and sampled with a seed, with top alternatives. Plain
+// decoding: near-ties of the random weights could make two speculative runs differ; this way the two runs are the
+// same computation and their values must be equal, not close.
+TEST_F(ServerApi, StreamedChatLogprobsEqualTheResponse) {
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", "Tell me a long story."}}})},
+                 {"max_tokens", 40}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3},
+                 {"speculate", false}};
+    expect_stream_matches(api(), *model_, "/v1/chat/completions", body, true, 0);
+    body["temperature"] = 0.9;
+    body["seed"]        = 1234;
+    expect_stream_matches(api(), *model_, "/v1/chat/completions", body, true, 0);
+    body["logprobs"] = false;
+    body.erase("top_logprobs");
+    body["stream"]       = true;
+    const sse_reply none = api().stream("/v1/chat/completions", body);
+    ASSERT_TRUE(none.done);
+    for (const auto & ev : none.events) {
+        if (!ev["choices"].empty()) EXPECT_TRUE(ev["choices"][0]["logprobs"].is_null()) << ev.dump();
+    }
+}
+
+namespace {
+
+// A piece that begins a multi-byte UTF-8 character it does not finish (a byte token splitting a character).
+bool splits_a_character(const std::string & piece) {
+    for (size_t i = 0; i < piece.size();) {
+        const unsigned char c   = (unsigned char) piece[i];
+        const size_t        len = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 1;
+        if (i + len > piece.size()) {
+            return true;
+        }
+        i += len;
+    }
+    return false;
+}
+
+// Text that ends with a lead byte whose character has not all its bytes yet.
+bool ends_inside_a_character(const std::string & t) {
+    for (size_t back = 1; back <= 4 && back <= t.size(); ++back) {
+        const unsigned char c = (unsigned char) t[t.size() - back];
+        if ((c & 0xC0) != 0x80) {
+            const size_t len = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 1;
+            return len > back;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+// A character split across byte tokens is held back until its last byte: its tokens' log probabilities wait with
+// it. Plain decoding (one token per step) makes each byte its own step, so the stream really sees the split. The
+// fixture's random weights emit byte tokens; the seeds below are searched for an output that splits a character.
+TEST_F(ServerApi, StreamedLogprobsWaitForASplitCharacter) {
+    json body = completion_body("Hello world", 48);
+    body["temperature"]   = 1.5;
+    body["speculate"]     = false;
+    body["logprobs"]      = 1;
+    int seed              = -1;
+    for (int s = 1; s <= 64 && seed < 0; ++s) {
+        body["seed"]       = s;
+        const http_reply r = api().post("/v1/completions", body);
+        ASSERT_EQ(r.status, 200) << r.body;
+        for (const auto & p : text_pieces(*model_, tokens_of(r.json["rest"]["tokens"]))) {
+            if (splits_a_character(p)) {
+                seed = s;
+                break;
+            }
+        }
+    }
+    ASSERT_GE(seed, 0) << "no seed made the fixture split a character";
+    body["seed"]      = seed;
+    const sse_reply s = expect_stream_matches(api(), *model_, "/v1/completions", body, false, 1e-4, false);
+    // Every text chunk but the last (which ends the generation, perhaps inside a character) ends on a character
+    // boundary: the split bytes were held back, not sent.
+    std::vector<std::string> texts;
+    for (const auto & ev : s.events) {
+        const std::string t = ev["choices"][0]["text"];
+        if (!t.empty()) texts.push_back(t);
+    }
+    for (size_t i = 0; i + 1 < texts.size(); ++i) {
+        EXPECT_FALSE(ends_inside_a_character(texts[i])) << "chunk " << i;
+    }
+}
+
+namespace {
+
+double metric_or_zero(const std::string & text, const std::string & series) {
+    return std::max(0.0, metric_value(text, series));
+}
+
+double accepted_at(const std::string & text, int pos) {
+    return metric_value(text, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(pos) +
+                                  "\"}");
+}
+
+}  // namespace
+
+// vLLM's speculative-decoding counters and the prompt figures move by what the responses report.
+TEST_F(ServerApi, StandardMetricsAgreeWithTheResponses) {
+    ASSERT_TRUE(slots_idle(srv_->port()));
+    const std::string before = api().get("/metrics").body;
+    std::int64_t      n_drafted = 0, n_accepted = 0, n_steps = 0, n_prompt = 0, n_cached = 0;
+    int               n_requests = 0;
+    // A prompt repeated: later runs draft from the earlier outputs (the online store), so drafts get accepted.
+    for (int i = 0; i < 4; ++i) {
+        json body = completion_body("Metrics, metrics, metrics:", 32);
+        if (i == 3) body["speculate"] = false;
+        const http_reply r = api().post("/v1/completions", body);
+        ASSERT_EQ(r.status, 200) << r.body;
+        n_drafted += r.json["rest"]["n_drafted"].get<std::int64_t>();
+        n_accepted += r.json["rest"]["n_accepted"].get<std::int64_t>();
+        n_steps += i == 3 ? 0 : r.json["rest"]["n_steps"].get<std::int64_t>();
+        n_prompt += r.json["usage"]["prompt_tokens"].get<std::int64_t>();
+        const json & details = r.json["usage"].value("prompt_tokens_details", json::object());
+        n_cached += details.value("cached_tokens", 0);
+        ++n_requests;
+        if (i == 0) {  // the output joins the online store off the engine thread
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    }
+    const std::string after = api().get("/metrics").body;
+    auto delta = [&](const std::string & series) {
+        return metric_or_zero(after, series) - metric_or_zero(before, series);
+    };
+    ASSERT_GE(metric_value(after, "rest:spec_decode_num_drafts_total"), 0) << after;
+    EXPECT_GT(n_accepted, 0);
+    EXPECT_EQ(delta("rest:spec_decode_num_draft_tokens_total"), (double) n_drafted);
+    EXPECT_EQ(delta("rest:spec_decode_num_accepted_tokens_total"), (double) n_accepted);
+    const double drafts = delta("rest:spec_decode_num_drafts_total");
+    EXPECT_LE(drafts, (double) n_steps);      // at most one draft per request step, none with speculation off
+    EXPECT_GE(drafts * 8, (double) n_drafted);  // --draft-fixed 8: at most 8 draft tokens a draft
+    EXPECT_GT(drafts, 0);
+    // Position i counts the drafts that accepted more than i tokens: they add up to the accepted tokens, never
+    // grow with the position, and position 0 counts drafts.
+    double sum = 0, prev = drafts;
+    for (int pos = 0; accepted_at(after, pos) >= 0; ++pos) {
+        const double d = accepted_at(after, pos) - std::max(0.0, accepted_at(before, pos));
+        EXPECT_LE(d, prev) << "position " << pos;
+        prev = d;
+        sum += d;
+    }
+    EXPECT_EQ(sum, (double) n_accepted);
+    EXPECT_EQ(delta("rest:prompt_tokens_total"), (double) n_prompt);
+    EXPECT_EQ(delta("rest:prompt_tokens_cached_total"), (double) n_cached);
+    EXPECT_EQ(delta("rest:request_prefill_time_seconds_count"), (double) n_requests);
+    EXPECT_EQ(delta("rest:request_prefill_time_seconds_bucket{le=\"+Inf\"}"), (double) n_requests);
+    EXPECT_GT(delta("rest:request_prefill_time_seconds_sum"), 0);
+    // The same figures under today's names.
+    EXPECT_EQ(metric_value(after, "rest:spec_decode_num_draft_tokens_total"),
+              metric_value(after, "rest_draft_tokens_total"));
+    EXPECT_EQ(metric_value(after, "rest:spec_decode_num_accepted_tokens_total"),
+              metric_value(after, "rest_accepted_tokens_total"));
+}
+
+// stories260K (a real model, so no near-ties to speak of) with speculation: chunks release several tokens at once.
+class ServerStories : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        if (shared_data().empty()) {
+            return;
+        }
+        const std::string path = shared_data() + "/models/stories260K.gguf";
+        model_                 = rest::model::load(path).release();
+        srv_                   = new server_process();
+        start_error_ = srv_->start({"-m", path, "-c", "512", "--np", "2", "-t", "1", "--draft-fixed", "8"},
+                                   tmp_dir() + "/server-stories.log");
+    }
+    static void TearDownTestSuite() {
+        delete srv_;
+        delete model_;
+        srv_   = nullptr;
+        model_ = nullptr;
+    }
+    void SetUp() override {
+        if (!srv_) {
+            GTEST_SKIP() << "no shared data (stories260K)";
+        }
+        ASSERT_EQ(start_error_, "") << "server did not start";
+    }
+
+    static rest::model *    model_;
+    static server_process * srv_;
+    static std::string      start_error_;
+};
+
+rest::model *    ServerStories::model_ = nullptr;
+server_process * ServerStories::srv_   = nullptr;
+std::string      ServerStories::start_error_;
+
+// Plain decoding repeats its computation exactly, so there the values must be equal; speculative runs verify
+// different drafts (the online store grows with every run), and batched rounding moves values by up to ~5e-4 here.
+TEST_F(ServerStories, StreamedCompletionLogprobsEqualTheResponse) {
+    const client c(srv_->port());
+    json body = {{"prompt", "Once upon a time, there was a little"}, {"max_tokens", 64}, {"temperature", 0},
+                 {"logprobs", 3}, {"speculate", false}};
+    expect_stream_matches(c, *model_, "/v1/completions", body, false, 0);
+    body["speculate"] = true;
+    for (int run = 0; run < 2; ++run) {  // the second run drafts from the earlier outputs (online store)
+        const sse_reply s = expect_stream_matches(c, *model_, "/v1/completions", body, false, 1e-3);
+        if (run == 1) {
+            int most = 0;  // speculation accepted drafts: some chunk released several tokens
+            for (const auto & ev : s.events) {
+                if (!ev["choices"].empty() && !ev["choices"][0]["logprobs"].is_null()) {
+                    most = std::max(most, (int) ev["choices"][0]["logprobs"]["tokens"].size());
+                }
+            }
+            EXPECT_GT(most, 1);
+        }
+    }
+    body["temperature"] = 0.8;
+    body["seed"]        = 42;
+    expect_stream_matches(c, *model_, "/v1/completions", body, false, 1e-3);
+    body["speculate"] = false;
+    expect_stream_matches(c, *model_, "/v1/completions", body, false, 0);
 }

@@ -1,11 +1,16 @@
-// The server's pure parts: OpenAI request validation, and the text stream that cuts stop strings and holds back
-// partial UTF-8, checked against a naive reference on seeded random piece sequences.
+// The server's pure parts: OpenAI request validation, the text stream that cuts stop strings and holds back
+// partial UTF-8 (checked against a naive reference on seeded random piece sequences), a job's published text and
+// log probabilities, and stream chunks' shapes.
 #include "oai-request.h"
+#include "oai-response.h"
+#include "job.h"
+#include "metrics.h"
 #include "text-stream.h"
 #include "api-error.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,7 +120,6 @@ TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
         {R"({"prompt": "x", "draft_max": 1000})", "draft_max"},
         {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
         {R"({"prompt": "x", "logprobs": true})", "logprobs"},
-        {R"({"prompt": "x", "logprobs": 1, "stream": true})", "logprobs"},
         {R"({"prompt": [[1], [2]]})", "prompt"},
         {R"({"prompt": "x", "prediction": "text"})", "prediction"},
         {R"({"prompt": "x", "prediction": {"type": "text", "content": "y"}})", "prediction.type"},
@@ -224,4 +228,119 @@ TEST(ServerTextStream, HoldsBackOnlyWhatCanStillChange) {
     EXPECT_EQ(ts.take(), "xx");
     EXPECT_EQ(ts.finish(), "");
     EXPECT_EQ(ts.text(), "hello START\xE2\x82\xAC!xx");
+}
+
+TEST(ServerRequest, LogprobsMayBeStreamed) {
+    const completion_spec c =
+        parse_completion_request(R"({"prompt": "x", "logprobs": 2, "stream": true})", api_kind::completion);
+    EXPECT_TRUE(c.stream);
+    EXPECT_EQ(c.logprobs, 2);
+    const completion_spec h = parse_completion_request(
+        R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 3, "stream": true})",
+        api_kind::chat);
+    EXPECT_TRUE(h.stream);
+    EXPECT_EQ(h.logprobs, 3);
+}
+
+// released() is where a stream chunk's text ends: the bound that picks the chunk's log probabilities.
+TEST(ServerTextStream, ReleasedCountsTheBytesTaken) {
+    text_stream ts({"STOP"});
+    ts.add("ab\xE2\x82");  // "ab" and half of €
+    EXPECT_EQ(ts.take(), "ab");
+    EXPECT_EQ(ts.released(), 2u);
+    ts.add("\xAC ST");  // € done, " ST" may begin STOP
+    EXPECT_EQ(ts.take(), "\xE2\x82\xAC ");
+    EXPECT_EQ(ts.released(), 6u);
+    EXPECT_FALSE(ts.add("OP!"));
+    EXPECT_EQ(ts.finish(), "");
+    EXPECT_EQ(ts.released(), 6u);
+}
+
+// What the engine publishes piles up until the HTTP side takes it, text and log probabilities in order.
+TEST(ServerJob, PublishedLogprobsArriveInOrderWithTheirText) {
+    job j(job_input{});
+    j.publish({"ab", {{{"a", -0.5f}, {}}, {{"b", -1.0f}, {}}}});
+    j.publish({"", {}});  // nothing: no news
+    j.publish({"c", {{{"c", -2.0f}, {}}}});
+    text_release got;
+    EXPECT_FALSE(j.wait(std::chrono::milliseconds(0), got));
+    EXPECT_EQ(got.text, "abc");
+    ASSERT_EQ(got.logprobs.size(), 3u);
+    EXPECT_EQ(got.logprobs[2].chosen.piece, "c");
+    j.finish(job_output{});
+    text_release after;
+    EXPECT_TRUE(j.wait(std::chrono::milliseconds(0), after));
+    EXPECT_TRUE(after.empty());
+}
+
+// A chunk's completions-shape log probabilities count text_offset from the completion's start.
+TEST(ServerResponse, ChunkLogprobsContinueTheTextOffsets) {
+    response_meta m;
+    m.kind     = api_kind::completion;
+    m.logprobs = 1;
+    const std::vector<position_logprobs> lps = {{{"lo", -0.25f}, {{"lo", -0.25f}}}, {{"w", -1.5f}, {{"w", -1.5f}}}};
+    const nlohmann::json c = chunk_json(m, "low", nullptr, false, logprobs_json(m.kind, lps, 5));
+    const nlohmann::json & lp = c["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"], nlohmann::json::array({"lo", "w"}));
+    EXPECT_EQ(lp["text_offset"], nlohmann::json::array({5, 7}));
+    EXPECT_EQ(lp["top_logprobs"][1]["w"], -1.5);
+    m.kind = api_kind::chat;
+    const nlohmann::json h = chunk_json(m, "low", nullptr, false, logprobs_json(m.kind, lps));
+    EXPECT_EQ(h["choices"][0]["delta"]["content"], "low");
+    EXPECT_EQ(h["choices"][0]["logprobs"]["content"][1]["token"], "w");
+    EXPECT_TRUE(chunk_json(m, "x", nullptr)["choices"][0]["logprobs"].is_null());
+}
+
+namespace {
+
+// The value of one series in Prometheus text, or -1 when absent.
+double series_value(const std::string & text, const std::string & series) {
+    const size_t pos = text.find("\n" + series + " ");
+    return pos == std::string::npos ? -1 : std::atof(text.c_str() + pos + 1 + series.size() + 1);
+}
+
+}  // namespace
+
+// vLLM's semantics: a draft is one request step that verified draft tokens; position i counts the drafts whose
+// accepted run reached i. Steps without drafts count nowhere.
+TEST(ServerMetrics, SpecDecodeCountsFollowVllm) {
+    server_metrics m;
+    step_sample    a;
+    a.add_draft(8, 3);  // a tree of 8 nodes, a path of 3 accepted
+    a.add_draft(0, 0);  // another slot decoding plainly
+    a.n_forward = 1;
+    m.on_step(a);
+    step_sample b;
+    b.add_draft(4, 0);
+    b.add_draft(2, 1);
+    b.n_forward = 1;
+    m.on_step(b);
+    const std::string t = m.prometheus(metrics_gauges{});
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_drafts_total"), 3);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_draft_tokens_total"), 14);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_total"), 4);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}"), 2);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}"), -1);
+    EXPECT_EQ(series_value(t, "rest_draft_tokens_total"), 14);  // today's name, same figure
+}
+
+// Cached prompt tokens add up beside all prompt tokens; each prefill lands in the first bucket that holds it, and
+// buckets are cumulative.
+TEST(ServerMetrics, PromptCacheAndPrefillHistogram) {
+    server_metrics m;
+    EXPECT_EQ(series_value(m.prometheus(metrics_gauges{}), "rest:request_prefill_time_seconds_count"), 0);
+    m.on_prefill(100, 60, 1, 2000);     // 2 ms
+    m.on_prefill(10, 0, 1, 2'000'000);  // 2 s
+    const std::string t = m.prometheus(metrics_gauges{});
+    EXPECT_EQ(series_value(t, "rest:prompt_tokens_total"), 110);
+    EXPECT_EQ(series_value(t, "rest:prompt_tokens_cached_total"), 60);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"0.001\"}"), 0);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"0.0025\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"1.5\"}"), 1);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"2\"}"), 2);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"+Inf\"}"), 2);
+    EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_count"), 2);
+    EXPECT_NEAR(series_value(t, "rest:request_prefill_time_seconds_sum"), 2.002, 1e-9);
 }

@@ -37,6 +37,7 @@ struct engine::slot {
     std::unique_ptr<rest::token_sampler> sampler;
     std::unique_ptr<rest::drafter>       drafter;
     text_stream                          text;
+    logprob_cursor                       sent;  // log probabilities already published
     double                               t_queue_ms = 0;
     rest::generation_stats               seen;  // req.stats already reported to the metrics
     bool                                 prefill_seen = false;  // its prompt's processing was reported
@@ -113,6 +114,7 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     s.j                  = std::move(j);
     s.t_queue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.j->t_submit()).count();
     s.text       = text_stream(in.stop);
+    s.sent       = {};
     s.sampler    = model_.new_sampler(in.sampling);
     s.drafter.reset();
     const bool speculate = params_.speculate && params_.n_draft_max > 0 && in.speculate && in.n_draft_max != 0;
@@ -165,23 +167,35 @@ engine::slot * engine::pick_slot(const job_input & in) {
 void engine::report_prefill(slot & s) {
     if (s.prefill_seen || s.req.prefilling()) return;
     s.prefill_seen                = true;
-    const rest::generation_stats & st = s.req.stats;  // (n_cached: H3 wires it to metrics)
-    metrics_.on_prefill(st.n_prompt, 0, st.t_prefill_us);  // (its passes are counted with the steps)
+    const rest::generation_stats & st = s.req.stats;
+    metrics_.on_prefill(st.n_prompt, st.n_cached, 0, st.t_prefill_us);  // (its passes are counted with the steps)
 }
 
-// The recorded log probabilities of the tokens that make up the returned text: EOG tokens are not text, and a
-// stop string cuts the text inside or before the token that completed it.
-std::vector<position_logprobs> engine::logprobs_of_text(const rest::request & r, std::size_t text_bytes) const {
+// The recorded log probabilities of the tokens, from the cursor on, whose pieces start before byte text_bytes of
+// the text: those that make up text up to there. EOG tokens are not text, and a stop string cuts the text inside
+// or before the token that completed it. One rule for the whole text and for a stream's chunks, so the chunks'
+// log probabilities add up to the whole response's.
+std::vector<position_logprobs> engine::logprobs_of_text(const rest::request & r, std::size_t text_bytes,
+                                                        logprob_cursor & from) const {
     std::vector<position_logprobs> out;
-    std::size_t                    bytes = 0;
-    for (std::size_t i = 0; i < r.logprobs.size() && i < r.output.size() && bytes < text_bytes; ++i) {
-        const rest::token_logprobs & lp = r.logprobs[i];
+    for (; from.next < r.logprobs.size() && from.next < r.output.size() && from.bytes < text_bytes; ++from.next) {
+        const rest::token_logprobs & lp = r.logprobs[from.next];
         if (model_.is_eog(lp.token)) break;
         position_logprobs p;
         p.chosen = {model_.vocab().piece(lp.token), lp.logprob};
         for (const auto & [t, v] : lp.top) p.top.push_back({model_.vocab().piece(t), v});
-        bytes += p.chosen.piece.size();
+        from.bytes += p.chosen.piece.size();
         out.push_back(std::move(p));
+    }
+    return out;
+}
+
+// The text the slot's stream lets go now (all of it when final), with the log probabilities it covers.
+text_release engine::release(slot & s, bool final) {
+    text_release out;
+    out.text = final ? s.text.finish() : s.text.take();
+    if (s.req.n_logprobs >= 0) {
+        out.logprobs = logprobs_of_text(s.req, s.text.released(), s.sent);
     }
     return out;
 }
@@ -203,9 +217,11 @@ void engine::end(slot & s, end_kind kind) {
         out.error_status = 503;
         out.error        = "the server shut down before this generation finished";
     }
+    text_release   tail = release(s, true);  // before the output moves out: it reads the tokens
+    logprob_cursor whole;
     out.n_prompt      = r.stats.n_prompt;
     out.n_completion  = (std::int64_t) r.output.size();
-    out.logprobs      = logprobs_of_text(r, s.text.text().size());
+    out.logprobs      = logprobs_of_text(r, s.text.text().size(), whole);
     out.tokens        = std::move(r.output);
     out.stats         = r.stats;
     out.slot          = s.index;
@@ -213,7 +229,6 @@ void engine::end(slot & s, end_kind kind) {
     metrics_.on_finish(out.finish_reason, out.n_prompt, out.n_completion, out.t_queue_ms);
     // Free the slot before the client hears the result, so a /health right after a reply never counts it busy.
     std::shared_ptr<job> j    = std::move(s.j);
-    const std::string    tail = s.text.finish();
     s.drafter.reset();
     s.sampler.reset();
     s.req = rest::request{};
@@ -225,7 +240,7 @@ void engine::end(slot & s, end_kind kind) {
             cv_idle_.notify_all();
         }
     }
-    j->publish(tail);
+    j->publish(std::move(tail));
     j->finish(std::move(out));
 }
 
@@ -362,8 +377,7 @@ void engine::loop() {
         for (slot * s : active) {
             const rest::generation_stats & now = s->req.stats;
             st.n_tokens += now.n_tokens - s->seen.n_tokens;
-            st.n_drafted += now.n_drafted - s->seen.n_drafted;
-            st.n_accepted += now.n_accepted - s->seen.n_accepted;
+            st.add_draft(now.n_drafted - s->seen.n_drafted, now.n_accepted - s->seen.n_accepted);
             st.t_draft_us += now.t_draft_us - s->seen.t_draft_us;
             // Every request of a step is charged the step's whole verify time: count it once.
             st.t_verify_us = std::max(st.t_verify_us, now.t_verify_us - s->seen.t_verify_us);
@@ -372,14 +386,14 @@ void engine::loop() {
         }
         for (slot * s : active) {
             report_prefill(*s);
-            s->j->publish(s->text.take());
+            s->j->publish(release(*s, false));
             if (s->req.done()) {
                 end(*s, end_kind::finished);
             }
         }
         st.t_step_us = now_us() - t0;
         if (st.n_slots == 0) {
-            metrics_.on_prefill(0, st.n_forward, 0);  // a pass of prompt rows alone
+            metrics_.on_prompt_passes(st.n_forward);  // passes of prompt rows alone
         } else if (st.n_forward > 0) {
             metrics_.on_step(st);
         }

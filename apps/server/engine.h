@@ -77,7 +77,14 @@ class engine {
     slot * pick_slot(const job_input & in);  // under mutex_; nullptr: no free slot
     void report_prefill(slot & s);           // metrics, once its prompt is processed
     void end(slot & s, end_kind kind);
-    std::vector<position_logprobs> logprobs_of_text(const rest::request & r, std::size_t text_bytes) const;
+    // How far a request's log probabilities have been handed out: tokens, and the bytes of their pieces.
+    struct logprob_cursor {
+        std::size_t next  = 0;
+        std::size_t bytes = 0;
+    };
+    std::vector<position_logprobs> logprobs_of_text(const rest::request & r, std::size_t text_bytes,
+                                                    logprob_cursor & from) const;
+    text_release release(slot & s, bool final);
     void fail_active(const std::string & message);
 
     const rest::model &                  model_;

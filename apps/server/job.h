@@ -40,6 +40,17 @@ struct position_logprobs {
     std::vector<piece_logprob> top;
 };
 
+// Text the engine released to the client, with the log probabilities of exactly the tokens whose pieces start in
+// it (start before its end, counted from the first byte of the completion): the tokens that make the text, even
+// when part of a piece is still held back. Concatenated over a job, they are job_output::logprobs.
+struct text_release {
+    std::string                    text;
+    std::vector<position_logprobs> logprobs;  // empty unless the job asked for them
+
+    bool empty() const { return text.empty() && logprobs.empty(); }
+    void append(text_release && more);
+};
+
 struct job_output {
     int         error_status = 0;  // non-zero: the job failed with this HTTP status and error message
     std::string error;
@@ -61,12 +72,12 @@ class job {
     std::chrono::steady_clock::time_point t_submit() const { return t_submit_; }
 
     // Engine side.
-    void publish(const std::string & text);
+    void publish(text_release released);
     void finish(job_output out);
 
-    // HTTP side: waits up to `timeout` for news, appends released text to `text`; true once finished (output() is
-    // then final and no more text will come).
-    bool wait(std::chrono::milliseconds timeout, std::string & text);
+    // HTTP side: waits up to `timeout` for news, appends what was released to `got`; true once finished (output()
+    // is then final and nothing more will come).
+    bool wait(std::chrono::milliseconds timeout, text_release & got);
     const job_output & output() const { return out_; }  // only after wait() returned true
 
     // Either side: the client is gone or the server gives up. The engine frees the slot at its next iteration.
@@ -78,7 +89,7 @@ class job {
     const std::chrono::steady_clock::time_point t_submit_;
     std::mutex                                  mutex_;
     std::condition_variable                     cv_;
-    std::string                                 pending_;
+    text_release                                pending_;
     bool                                        finished_ = false;
     job_output                                  out_;
     std::atomic<bool>                           cancelled_{false};

@@ -1,8 +1,15 @@
 #include "metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace {
+
+// Upper bounds (seconds) of the prefill-time histogram's buckets: vLLM's request_prefill_time_seconds buckets,
+// with finer ones below 0.3 s, where small models and cached prompts land.
+constexpr double k_prefill_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5,
+                                        2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
+constexpr std::size_t k_n_prefill_buckets = sizeof(k_prefill_buckets) / sizeof(k_prefill_buckets[0]);
 
 void family(std::string & out, const char * name, const char * type, const char * help) {
     out += "# HELP ";
@@ -16,7 +23,7 @@ void family(std::string & out, const char * name, const char * type, const char 
     out += '\n';
 }
 
-void sample(std::string & out, const char * name, const std::string & labels, double v) {
+void sample(std::string & out, const std::string & name, const std::string & labels, double v) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.17g", v);
     out += name;
@@ -33,7 +40,38 @@ void metric(std::string & out, const char * name, const char * type, const char 
     sample(out, name, "", v);
 }
 
+// The prefill histogram's samples from per-bucket counts (the last entry: above every bound).
+void prefill_histogram(std::string & out, const std::string & name, const std::vector<std::int64_t> & counts,
+                       double sum) {
+    std::int64_t cumulative = 0;
+    for (std::size_t b = 0; b < k_n_prefill_buckets; ++b) {
+        cumulative += b < counts.size() ? counts[b] : 0;
+        char le[32];
+        std::snprintf(le, sizeof(le), "%g", k_prefill_buckets[b]);
+        sample(out, name + "_bucket", std::string("le=\"") + le + "\"", (double) cumulative);
+    }
+    cumulative += counts.size() > k_n_prefill_buckets ? counts[k_n_prefill_buckets] : 0;
+    sample(out, name + "_bucket", "le=\"+Inf\"", (double) cumulative);
+    sample(out, name + "_sum", "", sum);
+    sample(out, name + "_count", "", (double) cumulative);
+}
+
 }  // namespace
+
+void step_sample::add_draft(std::int64_t drafted, std::int64_t accepted) {
+    n_drafted += drafted;
+    n_accepted += accepted;
+    if (drafted <= 0) {
+        return;  // plain decoding this step: not a draft
+    }
+    ++n_drafts;
+    if ((std::int64_t) n_accepted_at.size() < accepted) {
+        n_accepted_at.resize((std::size_t) accepted, 0);
+    }
+    for (std::int64_t i = 0; i < accepted; ++i) {
+        ++n_accepted_at[(std::size_t) i];
+    }
+}
 
 void server_metrics::on_request(const std::string & endpoint) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -45,9 +83,21 @@ void server_metrics::on_status(int status) {
     ++responses_[status];
 }
 
-void server_metrics::on_prefill(std::int64_t n_tokens, std::int64_t n_forward, double t_us) {
+void server_metrics::on_prompt_passes(std::int64_t n_forward) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n_forward_ += n_forward;
+}
+
+void server_metrics::on_prefill(std::int64_t n_tokens, std::int64_t n_cached, std::int64_t n_forward,
+                                double t_us) {
     std::lock_guard<std::mutex> lock(mutex_);
     n_prompt_tokens_ += n_tokens;
+    n_cached_tokens_ += n_cached;
+    const double      t_s    = t_us * 1e-6;
+    const std::size_t bucket = (std::size_t) (std::lower_bound(k_prefill_buckets, k_prefill_buckets +
+                                                               k_n_prefill_buckets, t_s) - k_prefill_buckets);
+    prefill_hist_.resize(k_n_prefill_buckets + 1, 0);
+    ++prefill_hist_[bucket];
     n_forward_ += n_forward;
     t_prefill_us_ += t_us;
 }
@@ -61,6 +111,13 @@ void server_metrics::on_step(const step_sample & s) {
     n_completion_tokens_ += s.n_tokens;
     n_drafted_ += s.n_drafted;
     n_accepted_ += s.n_accepted;
+    n_drafts_ += s.n_drafts;
+    if (n_accepted_at_.size() < s.n_accepted_at.size()) {
+        n_accepted_at_.resize(s.n_accepted_at.size(), 0);
+    }
+    for (std::size_t i = 0; i < s.n_accepted_at.size(); ++i) {
+        n_accepted_at_[i] += s.n_accepted_at[i];
+    }
     t_draft_us_ += s.t_draft_us;
     t_verify_us_ += s.t_verify_us;
     t_step_us_ += s.t_step_us;
@@ -75,6 +132,29 @@ void server_metrics::on_finish(const std::string & reason, std::int64_t, std::in
 void server_metrics::on_corpus_add(std::int64_t n_tokens) {
     std::lock_guard<std::mutex> lock(mutex_);
     n_corpus_tokens_ += n_tokens;
+}
+
+// The names dashboards built for vLLM look for (its `vllm:` prefix as `rest:`): speculative decoding as vLLM
+// counts it (a draft is one request's verification of at least one draft token; position i is draft depth i, and
+// a tree's accepted path is a chain), and prompt-cache and prefill figures. Caller holds mutex_.
+void server_metrics::standard_families(std::string & out) const {
+    metric(out, "rest:spec_decode_num_drafts_total", "counter",
+           "Drafts verified: requests' decoding steps that verified at least one draft token.", (double) n_drafts_);
+    metric(out, "rest:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.", (double) n_drafted_);
+    metric(out, "rest:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+           (double) n_accepted_);
+    family(out, "rest:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Draft tokens accepted at each draft position (0: the first token after the last emitted one).");
+    for (std::size_t i = 0; i < std::max<std::size_t>(n_accepted_at_.size(), 1); ++i) {
+        sample(out, "rest:spec_decode_num_accepted_tokens_per_pos_total", "position=\"" + std::to_string(i) + "\"",
+               i < n_accepted_at_.size() ? (double) n_accepted_at_[i] : 0.0);
+    }
+    metric(out, "rest:prompt_tokens_total", "counter", "Prompt tokens of admitted requests, cached or not.",
+           (double) n_prompt_tokens_);
+    metric(out, "rest:prompt_tokens_cached_total", "counter",
+           "Prompt tokens reused from the prompt cache (not processed again).", (double) n_cached_tokens_);
+    family(out, "rest:request_prefill_time_seconds", "histogram", "Time to process a request's prompt.");
+    prefill_histogram(out, "rest:request_prefill_time_seconds", prefill_hist_, t_prefill_us_ * 1e-6);
 }
 
 std::string server_metrics::prometheus(const metrics_gauges & g) const {
@@ -92,7 +172,8 @@ std::string server_metrics::prometheus(const metrics_gauges & g) const {
     for (const auto & [r, n] : finished_) {
         sample(out, "rest_generations_total", "reason=\"" + r + "\"", (double) n);
     }
-    metric(out, "rest_prompt_tokens_total", "counter", "Prompt tokens processed.", (double) n_prompt_tokens_);
+    metric(out, "rest_prompt_tokens_total", "counter", "Prompt tokens of admitted requests (cached ones included).",
+           (double) n_prompt_tokens_);
     metric(out, "rest_generated_tokens_total", "counter", "Tokens generated.", (double) n_completion_tokens_);
     metric(out, "rest_target_forwards_total", "counter", "Target model forward passes (llama_decode calls: prompt "
            "chunks and decoding steps).", (double) n_forward_);
@@ -116,6 +197,7 @@ std::string server_metrics::prometheus(const metrics_gauges & g) const {
     metric(out, "rest_queue_seconds_total", "counter", "Time requests waited for a slot.", t_queue_ms_ * 1e-3);
     metric(out, "rest_corpus_added_tokens_total", "counter", "Tokens added through POST /v1/corpus.",
            (double) n_corpus_tokens_);
+    standard_families(out);
     metric(out, "rest_slots", "gauge", "Slots (concurrent sequences).", g.n_slots);
     metric(out, "rest_slots_busy", "gauge", "Slots generating now.", g.n_slots_busy);
     metric(out, "rest_queue_depth", "gauge", "Requests waiting for a slot.", g.n_queued);

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 struct metrics_gauges {
     std::int32_t  n_slots = 0;
@@ -24,17 +25,27 @@ struct step_sample {
     std::int64_t n_tokens = 0;       // tokens emitted over all slots
     std::int64_t n_drafted = 0;      // draft nodes verified
     std::int64_t n_accepted = 0;     // draft nodes accepted
+    std::int64_t n_drafts = 0;       // slots that verified at least one draft node (vLLM's "drafts")
+    std::vector<std::int64_t> n_accepted_at;  // [i]: slots whose accepted path reached draft position (depth) i
     std::int64_t n_forward = 0;      // llama_decode calls it took (1, or 2 after a memory fallback)
     double       t_draft_us = 0;
     double       t_verify_us = 0;
     double       t_step_us = 0;      // the whole step (draft, verify, sampling, publishing)
+
+    // One slot's part of the step: it verified n_drafted draft nodes and accepted n_accepted of them. Accepted
+    // nodes form a path from the root, so they sit at positions 0 .. n_accepted - 1.
+    void add_draft(std::int64_t n_drafted, std::int64_t n_accepted);
 };
 
 class server_metrics {
   public:
     void on_request(const std::string & endpoint);
     void on_status(int status);
-    void on_prefill(std::int64_t n_tokens, std::int64_t n_forward, double t_us);
+    // A request's prompt was processed: n_tokens prompt tokens, of which n_cached came from the prompt cache
+    // (reused KV, not processed), in n_forward passes taking t_us.
+    // Forward passes that carried only prompt rows (chunked prefill with nobody else generating).
+    void on_prompt_passes(std::int64_t n_forward);
+    void on_prefill(std::int64_t n_tokens, std::int64_t n_cached, std::int64_t n_forward, double t_us);
     void on_step(const step_sample & s);
     // A generation ended: reason is "stop", "length", "cancelled" or "error".
     void on_finish(const std::string & reason, std::int64_t n_prompt, std::int64_t n_completion, double t_queue_ms);
@@ -43,11 +54,15 @@ class server_metrics {
     std::string prometheus(const metrics_gauges & g) const;
 
   private:
+    void standard_families(std::string & out) const;
+
     mutable std::mutex                  mutex_;
     std::map<std::string, std::int64_t> requests_;   // by endpoint
     std::map<int, std::int64_t>         responses_;  // by HTTP status
     std::map<std::string, std::int64_t> finished_;   // by reason
     std::int64_t n_prompt_tokens_ = 0;
+    std::int64_t n_cached_tokens_ = 0;
+    std::vector<std::int64_t> prefill_hist_;  // requests by prefill time, per k_prefill_buckets (not cumulative)
     std::int64_t n_completion_tokens_ = 0;
     std::int64_t n_forward_ = 0;       // llama_decode calls: prompt chunks + steps
     std::int64_t n_steps_ = 0;         // forward passes that verified at least one slot
@@ -55,6 +70,8 @@ class server_metrics {
     std::int64_t n_step_tokens_ = 0;   // tokens emitted by steps
     std::int64_t n_drafted_ = 0;
     std::int64_t n_accepted_ = 0;
+    std::int64_t n_drafts_ = 0;
+    std::vector<std::int64_t> n_accepted_at_;  // by draft position
     std::int64_t n_corpus_tokens_ = 0;
     double       t_prefill_us_ = 0;
     double       t_draft_us_ = 0;

@@ -375,10 +375,6 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
         require_default(body, "suffix", "", "insertion (suffix) is not supported");
     }
 
-    if (spec.logprobs >= 0 && spec.stream) {
-        throw bad_request("'logprobs' is not supported with stream: log probabilities are returned whole",
-                          "logprobs", "unsupported_parameter");
-    }
     parse_prediction(body, spec);
     spec.speculate     = get_bool(body, "speculate", true);
     spec.cache_prompt  = get_bool(body, "cache_prompt", true);

@@ -35,7 +35,8 @@ struct completion_spec {
     bool                     stream        = false;
     bool                     include_usage = false;  // stream_options.include_usage
     // Log probabilities of the completion's tokens with this many alternatives each (-1: none). Completions:
-    // `logprobs` (0-20); chat: `logprobs: true` with `top_logprobs` (0-20). Not with stream.
+    // `logprobs` (0-20); chat: `logprobs: true` with `top_logprobs` (0-20). Streamed, each chunk carries those of
+    // the text it releases.
     std::int32_t             logprobs      = -1;
     // OpenAI's predicted output (`prediction: {"type": "content", "content": ...}`): its text, parts joined.
     std::string              prediction;

@@ -73,7 +73,7 @@ json bytes_of(const std::string & s) {
 
 }  // namespace
 
-json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps) {
+json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps, std::size_t text_offset) {
     if (kind == api_kind::chat) {
         json content = json::array();
         for (const auto & p : lps) {
@@ -89,7 +89,7 @@ json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps) {
         return json{{"content", content}};
     }
     json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
-    std::size_t offset = 0;
+    std::size_t offset = text_offset;
     for (const auto & p : lps) {
         tokens.push_back(p.chosen.piece);
         values.push_back(p.chosen.logprob);
@@ -123,8 +123,9 @@ json completion_json(const response_meta & m, const std::string & text, const jo
                 {"rest", rest_json(out, m.return_tokens)}};
 }
 
-json chunk_json(const response_meta & m, const std::string & text, const char * finish_reason, bool with_role) {
-    json choice = {{"index", 0}, {"logprobs", nullptr},
+json chunk_json(const response_meta & m, const std::string & text, const char * finish_reason, bool with_role,
+                const json & logprobs) {
+    json choice = {{"index", 0}, {"logprobs", logprobs},
                    {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
     if (m.kind == api_kind::chat) {
         json delta = json::object();

@@ -27,15 +27,17 @@ nlohmann::json error_json(const api_error & e);
 nlohmann::json usage_json(const job_output & out);
 nlohmann::json rest_json(const job_output & out, bool return_tokens);
 // choice.logprobs in the kind's format: completions {tokens, token_logprobs, top_logprobs, text_offset}; chat
-// {content: [{token, logprob, bytes, top_logprobs}]}.
-nlohmann::json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps);
+// {content: [{token, logprob, bytes, top_logprobs}]}. text_offset: where the first token's piece starts in the
+// completion (a stream chunk's offsets count from the start of the whole completion, as OpenAI's do).
+nlohmann::json logprobs_json(api_kind kind, const std::vector<position_logprobs> & lps, std::size_t text_offset = 0);
 
 // The whole (non-streamed) response.
 nlohmann::json completion_json(const response_meta & m, const std::string & text, const job_output & out);
 
 // One stream chunk. finish_reason null: more follows; chat chunks with role set open the assistant message.
+// logprobs: the chunk's choice.logprobs (logprobs_json of the tokens its text releases), null without.
 nlohmann::json chunk_json(const response_meta & m, const std::string & text, const char * finish_reason,
-                          bool with_role = false);
+                          bool with_role = false, const nlohmann::json & logprobs = nullptr);
 // The last chunk: an empty delta with the finish reason, plus usage and rest.
 nlohmann::json final_chunk_json(const response_meta & m, const job_output & out);
 // stream_options.include_usage: a chunk with no choices that carries the usage.

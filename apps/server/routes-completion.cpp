@@ -22,6 +22,7 @@ struct stream_state {
     bool                 include_usage = false;
     int                  fd = -1;
     bool                 opened = false;  // chat: the first chunk (role) went out
+    std::size_t          logprob_bytes = 0;  // pieces of the tokens whose log probabilities went out (text_offset)
     bool                 closed = false;  // [DONE] went out
 };
 
@@ -53,11 +54,11 @@ bool stream_next(server_state & st, stream_state & s, httplib::DataSink & sink) 
         sink.done();
         return true;
     }
-    std::string text;
-    bool        finished = false;
+    text_release got;
+    bool         finished = false;
     while (true) {
-        finished = s.j->wait(k_poll, text);
-        if (finished || !text.empty()) {
+        finished = s.j->wait(k_poll, got);
+        if (finished || !got.empty()) {
             break;
         }
         if (peer_closed(s.fd)) {
@@ -71,8 +72,13 @@ bool stream_next(server_state & st, stream_state & s, httplib::DataSink & sink) 
         events += sse_event(chunk_json(s.meta, "", nullptr, true));
         s.opened = true;
     }
-    if (!text.empty()) {
-        events += sse_event(chunk_json(s.meta, text, nullptr));
+    if (!got.empty()) {
+        nlohmann::json logprobs = nullptr;
+        if (s.meta.logprobs >= 0) {
+            logprobs = logprobs_json(s.meta.kind, got.logprobs, s.logprob_bytes);
+            for (const auto & p : got.logprobs) s.logprob_bytes += p.chosen.piece.size();
+        }
+        events += sse_event(chunk_json(s.meta, got.text, nullptr, false, logprobs));
     }
     if (finished) {
         const job_output & out = s.j->output();
@@ -114,8 +120,8 @@ void handle_completion(server_state & st, const httplib::Request & req, httplib:
         const int fd       = find_request_socket(req.remote_addr, req.remote_port, req.local_port);
 
         if (!spec.stream) {
-            std::string text;
-            while (!j->wait(k_poll, text)) {
+            text_release got;  // its log probabilities add up to out.logprobs; the response takes those
+            while (!j->wait(k_poll, got)) {
                 if (peer_closed(fd)) {
                     j->cancel();
                     st.eng.wake();
@@ -127,7 +133,7 @@ void handle_completion(server_state & st, const httplib::Request & req, httplib:
             if (out.error_status != 0) {
                 throw job_error(out);
             }
-            reply_json(res, 200, completion_json(meta, text, out));
+            reply_json(res, 200, completion_json(meta, got.text, out));
             return;
         }
 

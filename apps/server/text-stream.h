@@ -24,6 +24,7 @@ class text_stream {
 
     bool               stopped() const { return stopped_; }
     const std::string & text() const { return text_; }  // everything so far, cut at a stop
+    std::size_t         released() const { return taken_; }  // bytes of text() returned so far
 
   private:
     std::size_t safe_end() const;

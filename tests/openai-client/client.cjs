@@ -74,6 +74,43 @@ async function predictedOutputs(client, model) {
     return `prediction: ${d.accepted_prediction_tokens} accepted, ${d.rejected_prediction_tokens} rejected (= rest generate)`;
 }
 
+// Streamed log probabilities as the SDK hands them out: each chunk's choice.logprobs joined equals the response's
+// (the two runs verify different drafts, so values agree to batched rounding).
+async function streamedLogprobs(client, model) {
+    const messages = [{ role: 'user', content: 'Tell me about the sea.' }];
+    const args = { model, messages, max_tokens: 24, temperature: 0, logprobs: true, top_logprobs: 2 };
+    const whole = await client.chat.completions.create(args);
+    const want = whole.choices[0].logprobs.content;
+    const got = [];
+    let text = '';
+    for await (const chunk of await client.chat.completions.create({ ...args, stream: true })) {
+        const c = chunk.choices[0];
+        if (!c) continue;
+        text += c.delta?.content ?? '';
+        got.push(...(c.logprobs?.content ?? []));
+    }
+    assert.equal(text, whole.choices[0].message.content);
+    assert.deepEqual(got.map((e) => e.token), want.map((e) => e.token));
+    got.forEach((e, i) => {
+        assert.ok(Math.abs(e.logprob - want[i].logprob) < 1e-3, `token ${i}: ${e.logprob} vs ${want[i].logprob}`);
+        assert.deepEqual(e.top_logprobs.map((t) => t.token), want[i].top_logprobs.map((t) => t.token));
+    });
+
+    const completion = { model, prompt: 'The sea is', max_tokens: 16, temperature: 0, logprobs: 2 };
+    const w = (await client.completions.create(completion)).choices[0].logprobs;
+    const tokens = [];
+    const offsets = [];
+    for await (const chunk of await client.completions.create({ ...completion, stream: true })) {
+        const lp = chunk.choices[0]?.logprobs;
+        if (!lp) continue;
+        tokens.push(...lp.tokens);
+        offsets.push(...lp.text_offset);
+    }
+    assert.deepEqual(tokens, w.tokens);
+    assert.deepEqual(offsets, w.text_offset);
+    return `streamed logprobs: ${got.length} + ${tokens.length} tokens`;
+}
+
 async function main() {
     const client = new OpenAI({ baseURL: process.env.REST_URL + '/v1', apiKey: process.env.REST_KEY, maxRetries: 0 });
     const messages = [
@@ -129,7 +166,8 @@ async function main() {
                          (e) => e.status === 400 && /'n'/.test(e.message));
 
     const pred = await predictedOutputs(client, model);
-    console.log(`openai client OK: ${chunks} stream chunks, text ${JSON.stringify(text.slice(0, 40))}..., ${pred}`);
+    const lps = await streamedLogprobs(client, model);
+    console.log(`openai client OK: ${chunks} stream chunks, text ${JSON.stringify(text.slice(0, 40))}..., ${pred}, ${lps}`);
 }
 
 main().catch((e) => {

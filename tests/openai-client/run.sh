@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A real OpenAI client against `rest serve`: installs the npm package `openai` (pinned) into a cache directory,
 # starts the server on a free loopback port with a fixture model that has a chat template, and runs client.cjs
-# (non-streaming and streaming chat, a completion, the model list, a wrong key, predicted outputs compared with
-# `rest generate --json`). The online store is off (--history-max 0), so that a request drafts as a fresh
-# `rest generate` process does.
+# (non-streaming and streaming chat, a completion, the model list, a wrong key, streamed log probabilities against
+# the unstreamed ones, predicted outputs compared with `rest generate --json`). The online store is off
+# (--history-max 0), so that a request drafts as a fresh `rest generate` process does.
 # Exit 77 (CTest: skipped) when node/npm are missing or the npm registry cannot be reached.
 set -euo pipefail
 
