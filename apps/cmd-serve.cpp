@@ -71,6 +71,11 @@ void add_serve_command(CLI::App & root) {
     cmd->add_option("-c,--ctx-size", p->n_ctx, "Context positions over all slots (0: the model's, <= 4096, per slot)")
         ->capture_default_str();
     cmd->add_option("-b,--batch-size", p->n_batch, "Most tokens per forward pass")->capture_default_str();
+    cmd->add_option("--prefill-gap", p->prefill_gap,
+                    "While other requests generate, a prompt arrives in chunks sized so that a step takes about this "
+                    "many times a step without one (<= 1: whole batches of -b, the other streams wait)")
+        ->check(CLI::Range(0.0, 100.0))
+        ->capture_default_str();
     cmd->add_option("-t,--threads", p->n_threads, "CPU threads (0: all)")->capture_default_str();
     cmd->add_option("--ngl,--n-gpu-layers", p->n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
     cmd->add_option("--draft-max", p->n_draft_max,

@@ -16,12 +16,14 @@ using namespace rest;
 
 namespace {
 
-// A simulated machine: a step costs `plain` plus `row` per prompt token in it, with +-5% noise.
+// A simulated machine: a step costs `plain` plus, with a chunk, `fixed` (a pass of its own, as in the chain layout)
+// and `row` per prompt token, with +-5% noise and, one step in 50, a stall of 3x (another process, a page fault).
 struct sim_cost {
-    double       plain, row;
+    double       plain, row, fixed = 0;
     std::mt19937 rng{3};
     double operator()(std::int32_t n) {
-        return (plain + row * n) * std::uniform_real_distribution<double>(0.95, 1.05)(rng);
+        const double t = (plain + (n > 0 ? fixed + row * n : 0)) * std::uniform_real_distribution<double>(0.95, 1.05)(rng);
+        return rng() % 50 == 0 ? 3 * t : t;
     }
 };
 
@@ -33,7 +35,7 @@ struct paced_run {
 paced_run pace_prompt(prefill_pacer & p, sim_cost & cost, int n_prompt) {
     paced_run run;
     for (int left = n_prompt; left > 0; ++run.steps) {
-        const std::int32_t n = std::min(p.chunk(), left);
+        const std::int32_t n = std::min(p.next(), left);
         const double       t = cost(n);
         p.observe(t, n);
         left -= n;
@@ -42,25 +44,30 @@ paced_run pace_prompt(prefill_pacer & p, sim_cost & cost, int n_prompt) {
     return run;
 }
 
-double p99(std::vector<double> v) {
+double quantile(std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
-    return v[(size_t) (0.99 * (double) (v.size() - 1))];
+    return v[(size_t) (q * (double) (v.size() - 1))];
 }
 
-TEST(prefill_pacer, chunks_keep_a_step_within_about_twice_a_plain_one) {
-    for (const auto [plain, row] : {std::pair{100e3, 25e3}, {100e3, 2e3}, {200.0, 12.0}, {150e3, 90e3}}) {
+TEST(prefill_pacer, chunks_keep_a_step_within_the_gap_ratio_of_a_plain_one) {
+    const double ratio = prefill_pacer_params{}.gap_ratio;
+    // (plain step, cost per prompt row, fixed cost of a chunk's own pass): a 1B model on 2 cores, a small model, a
+    // tiny one, rows dearer than the margin, and a chain layout's own pass.
+    for (const auto [plain, row, fixed] : {std::tuple{100e3, 25e3, 0.0}, {100e3, 2e3, 0.0}, {200.0, 12.0, 0.0},
+                                           {150e3, 90e3, 0.0}, {126e3, 25e3, 100e3}}) {
         prefill_pacer p(512);
-        sim_cost      cost{plain, row};
+        sim_cost      cost{plain, row, fixed};
         for (int i = 0; i < 5; ++i) p.observe(cost(0), 0);  // the other stream's steps before the prompt
         const paced_run run = pace_prompt(p, cost, 1500);
-        const double    q   = p99(run.ratios);
-        std::printf("plain %.0f us, row %.0f us: %d steps for 1,500 prompt tokens, p99 step %.2fx plain\n", plain, row,
-                    run.steps, q);
-        EXPECT_LE(q, 3.0) << "plain " << plain << " row " << row;
-        // Progress: the chunks use what the ratio allows (at least one token a step; no more steps than 1.25x the
-        // ideal for the ratio, plus the slow start and the probes).
-        const double ideal = 1500.0 / std::clamp(std::floor(plain / row), 1.0, 512.0);
-        EXPECT_LE(run.steps, 1.25 * ideal * (1.0 + 1.0 / 16) + 12) << "plain " << plain << " row " << row;
+        const double    q95 = quantile(run.ratios, 0.95);
+        std::printf("plain %.0f us, row %.0f us, fixed %.0f us: %d steps for 1,500 prompt tokens, p95 step %.2fx "
+                    "plain\n", plain, row, fixed, run.steps, q95);
+        // (p95: the simulated stalls are 2% of the steps.)
+        EXPECT_LE(q95, 3.0) << "plain " << plain << " row " << row;
+        // Progress: chunks as large as the ratio allows (at least one token a step): no more steps than 1.3x the
+        // ideal, plus the slow start and the probes.
+        const double ideal = 1500.0 / std::clamp(std::floor(((ratio - 1) * plain - fixed) / row), 1.0, 512.0);
+        EXPECT_LE(run.steps, 1.3 * ideal * (1.0 + 1.0 / 16) + 12) << "plain " << plain << " row " << row;
     }
 }
 
@@ -68,19 +75,20 @@ TEST(prefill_pacer, follows_a_change_of_cost_and_keeps_probing) {
     prefill_pacer p(512);
     sim_cost      cost{100e3, 5e3};
     for (int i = 0; i < 3; ++i) p.observe(cost(0), 0);
-    pace_prompt(p, cost, 400);
+    pace_prompt(p, cost, 600);
     p.observe(cost(0), 0);  // (so that the next chunk is not a probe)
-    EXPECT_NEAR(p.chunk(), 20, 4);
+    EXPECT_NEAR(p.next(), 30, 4);
     cost.row = 50e3;  // the machine got busy: rows cost 10x
     const paced_run run = pace_prompt(p, cost, 400);
-    EXPECT_LE(p.chunk(), 3);
+    p.observe(cost(0), 0);
+    EXPECT_LE(p.next(), 4);
     // Within a few steps of the change the steps are back under 3x.
     std::vector<double> late(run.ratios.begin() + 6, run.ratios.end());
-    EXPECT_LE(p99(late), 3.0);
+    EXPECT_LE(quantile(late, 0.95), 3.0);
     // Steps without prompt rows keep coming: never more than probe_every chunked steps in a row.
     int run_len = 0, longest = 0;
     for (int i = 0; i < 200; ++i) {
-        const std::int32_t n = p.chunk();
+        const std::int32_t n = p.next();
         run_len              = n > 0 ? run_len + 1 : 0;
         longest              = std::max(longest, run_len);
         p.observe(cost(n), n);

@@ -48,7 +48,7 @@ engine::engine(const rest::model & model, rest::target_model & ctx, const rest::
                server_metrics & metrics) :
     model_(model), ctx_(ctx), ds_(ds), history_(history), params_(params), metrics_(metrics) {
     decoder_ = std::make_unique<rest::decoder>(ctx_, policy);
-    batch_   = std::make_unique<rest::slot_batch>(*decoder_, ctx_.n_slots(), ctx_.n_rows_max());
+    batch_   = std::make_unique<rest::slot_batch>(*decoder_, ctx_.n_slots(), ctx_.n_rows_max(), params_.pacing);
     for (std::int32_t i = 0; i < ctx_.n_slots(); ++i) {
         slots_.push_back(std::make_unique<slot>());
         slots_.back()->index = i;

@@ -33,6 +33,7 @@ struct engine_params {
     bool                 speculate   = true;  // false: plain decoding for every request
     std::int32_t         n_draft_max = 0;     // draft nodes per slot and step offered to the budget policy
     std::int32_t         queue_max   = 512;
+    rest::prefill_pacer_params pacing;
     rest::drafter_params draft;
 };
 

@@ -16,6 +16,9 @@ struct server_params {
     std::int32_t n_parallel   = 4;      // slots: concurrent sequences in the one llama.cpp context
     std::int32_t n_ctx        = 0;      // positions over all slots; 0: the model's training context (<= 4096) per slot
     std::int32_t n_batch      = 512;    // most tokens per llama_decode call
+    // While other requests generate, a prompt arrives in chunks sized so a step takes about this many times a step
+    // without one (rest::prefill_pacer_params::gap_ratio; <= 1: whole batches, the others wait).
+    double       prefill_gap  = 2.5;
     std::int32_t n_threads    = 0;      // compute threads (0: all hardware threads)
     std::int32_t n_gpu_layers = 0;
 

@@ -100,6 +100,7 @@ server::impl::impl(const server_params & p) : params(p) {
     ep.speculate         = p.speculate;
     ep.n_draft_max       = budget.n_cap;
     ep.queue_max         = p.queue_max;
+    ep.pacing.gap_ratio  = p.prefill_gap;
     eng = std::make_unique<engine>(*model, *ctx, datastore.get(), history.get(), policy.get(), ep, metrics);
 
     std::string id = p.alias.empty() ? std::filesystem::path(p.model_path).stem().string() : p.alias;

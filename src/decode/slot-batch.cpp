@@ -83,7 +83,7 @@ std::span<const std::int32_t> slot_batch::step() {
     }
     request * prompt = oldest_prefilling();
     if (!live_.empty()) {
-        const std::int32_t n  = prompt ? pacer_.chunk() : 0;
+        const std::int32_t n  = prompt ? pacer_.next() : 0;
         const double       t0 = now_us();
         dec_.step(live_, n > 0 ? prompt : nullptr, n);
         pacer_.observe(now_us() - t0, n > 0 ? n : 0);

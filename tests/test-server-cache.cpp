@@ -1,0 +1,123 @@
+// The server's prompt cache (issue 19): a slot keeps its KV after a request, and a request that starts with tokens
+// a free slot holds processes only the rest (llama-server's cache_prompt, on by default). On a Q8_0 fixture with a
+// bf16 KV cache every row computes alike whatever pass it is in (test-llama-exact-quantized), so a reused prefix
+// must give exactly the output a full prompt pass gives: turns of a conversation are compared token for token with
+// the same prompt sent with cache_prompt false, one conversation alone and 8 at once over 4 slots.
+#include "test-server-util.h"
+
+#include <mutex>
+#include <random>
+#include <thread>
+
+using json = nlohmann::json;
+using namespace rest_test;
+
+namespace {
+
+class ServerCache : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        rest::fixture_params fp;
+        fp.type      = "q8_0";
+        fp.seed      = 41;
+        model_path_  = fixture_model(fp);
+        srv_         = new server_process();
+        start_error_ = srv_->start({"-m", model_path_, "-c", "2048", "--np", "4", "-t", "1", "--draft-fixed", "8",
+                                    "--cache-type-k", "bf16", "--cache-type-v", "bf16"},
+                                   tmp_dir() + "/server-cache.log");
+    }
+    static void TearDownTestSuite() {
+        if (start_error_.empty()) {
+            srv_->signal(SIGTERM);
+            EXPECT_EQ(srv_->wait_exit(60), 0) << srv_->log_tail();
+        }
+        delete srv_;
+    }
+    void SetUp() override { ASSERT_EQ(start_error_, "") << "server did not start: " << start_error_; }
+
+    struct turn {
+        std::vector<int> output;
+        std::int64_t     cached = -1;
+    };
+
+    // A completion of a token prompt; fails the test on an error.
+    static turn complete(const std::vector<int> & prompt, int max_tokens, bool cache) {
+        const json body = {{"prompt", prompt},       {"max_tokens", max_tokens}, {"temperature", 0},
+                           {"return_tokens", true}, {"cache_prompt", cache}};
+        const http_reply r = client(srv_->port()).post("/v1/completions", body);
+        turn             t;
+        EXPECT_EQ(r.status, 200) << r.body;
+        if (r.status != 200) return t;
+        t.output = r.json["rest"]["tokens"].get<std::vector<int>>();
+        t.cached = r.json["usage"]["prompt_tokens_details"]["cached_tokens"].get<std::int64_t>();
+        return t;
+    }
+
+    static std::vector<int> random_tokens(std::mt19937 & rng, int n) {
+        std::vector<int> v((size_t) n);
+        for (auto & t : v) t = std::uniform_int_distribution<int>(300, 20000)(rng);
+        return v;
+    }
+
+    static std::string      model_path_;
+    static server_process * srv_;
+    static std::string      start_error_;
+};
+
+std::string      ServerCache::model_path_;
+server_process * ServerCache::srv_ = nullptr;
+std::string      ServerCache::start_error_;
+
+
+TEST_F(ServerCache, TurnsReuseTheirPrefixAndEqualAFullPromptPass) {
+    std::mt19937     rng(7);
+    std::vector<int> prompt = random_tokens(rng, 40);
+    for (int k = 0; k < 3; ++k) {
+        const turn cached = complete(prompt, 30, true);
+        const turn fresh  = complete(prompt, 30, false);
+        EXPECT_EQ(fresh.cached, 0) << "cache_prompt false reuses nothing";
+        EXPECT_EQ(cached.output, fresh.output) << "turn " << k;
+        if (k > 0) {
+            // The last turn's prompt and all of its output but the last token are in the slot.
+            EXPECT_GT(cached.cached, 40 * k) << "turn " << k;
+        }
+        std::printf("turn %d: %zu prompt tokens, %lld reused\n", k, prompt.size(), (long long) cached.cached);
+        prompt.insert(prompt.end(), cached.output.begin(), cached.output.end());
+        const auto more = random_tokens(rng, 25);
+        prompt.insert(prompt.end(), more.begin(), more.end());
+    }
+}
+
+TEST_F(ServerCache, EightConversationsOverFourSlotsStayLossless) {
+    const int                        n_conv = 8, n_turns = 3;
+    std::vector<std::vector<std::vector<int>>> prompts(n_conv), outputs(n_conv);
+    std::vector<std::int64_t>        reused(n_conv, 0);
+    std::vector<std::thread>         threads;
+    for (int c = 0; c < n_conv; ++c) {
+        threads.emplace_back([&, c] {
+            std::mt19937     rng(100 + c);
+            std::vector<int> prompt = random_tokens(rng, 10 + 7 * c);
+            for (int k = 0; k < n_turns; ++k) {
+                const turn t = complete(prompt, 20 + 3 * c, true);
+                prompts[c].push_back(prompt);
+                outputs[c].push_back(t.output);
+                reused[c] += std::max<std::int64_t>(0, t.cached);
+                prompt.insert(prompt.end(), t.output.begin(), t.output.end());
+                const auto more = random_tokens(rng, 15);
+                prompt.insert(prompt.end(), more.begin(), more.end());
+            }
+        });
+    }
+    for (auto & t : threads) t.join();
+    std::int64_t total_reused = 0;
+    for (int c = 0; c < n_conv; ++c) {
+        total_reused += reused[c];
+        for (int k = 0; k < n_turns; ++k) {
+            const turn fresh = complete(prompts[c][(size_t) k], 20 + 3 * c, false);
+            EXPECT_EQ(outputs[c][(size_t) k], fresh.output) << "conversation " << c << " turn " << k;
+        }
+    }
+    std::printf("8 conversations x 3 turns over 4 slots: %lld prompt tokens reused\n", (long long) total_reused);
+}
+
+}  // namespace
