@@ -82,7 +82,8 @@ const mode = process.env.REST_MODE || 'phi3';
 const expectedPrompt = {
     chatml: '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n' +
             'Write one sentence about the sea.<|im_end|>\n<|im_start|>assistant\n',
-    phi3: 'PHI3_EXPECTED',
+    // phi-3's template has no system role: llama.cpp's common folds the system text into the first user turn.
+    phi3: '<|user|>\nYou are a helpful assistant.\nWrite one sentence about the sea.<|end|>\n<|assistant|>\n',
 };
 
 // llama-server's own endpoints (not part of the OpenAI API, so plain fetch).
