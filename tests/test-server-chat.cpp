@@ -231,4 +231,27 @@ TEST_F(ChatServer, BadTemplatesStopTheServerWithOneLine) {
     }
 }
 
+// --flash-attn and the KV cache types reach serve's context: llama.cpp refuses a quantized V cache without flash
+// attention, so `-fa off -ctv q8_0` cannot start and `-fa on -ctv q8_0` can (head size 32: q8_0 blocks fit).
+TEST(ServeFlags, FlashAttentionAndCacheTypesReachTheContext) {
+    rest::fixture_params p;
+    p.n_embd = 128;
+    p.n_head = 4;
+    const std::string model = fixture_model(p);
+    const std::string base  = rest_bin() + " serve -m " + model + " --port 0 --no-spec --np 1 -c 256 -t 1 ";
+    const auto [out, rc]    = run_command(base + "-fa off -ctk q8_0 -ctv q8_0", true);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find("flash_attn"), std::string::npos) << out;
+
+    server_process srv;
+    ASSERT_EQ(srv.start({"-m", model, "--np", "1", "-c", "256", "-t", "1", "--no-spec", "--flash-attn", "on",
+                         "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"},
+                        tmp_dir() + "/server-chat-fa.log"),
+              "");
+    const http_reply r = client(srv.port()).post("/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 4}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    srv.signal(SIGTERM);
+    EXPECT_EQ(srv.wait_exit(60), 0);
+}
+
 }  // namespace
