@@ -79,7 +79,8 @@ class model {
 // chains; the front end switches to trees where the measured verify cost is flat (apps/cost-cache.h says why).
 bool layout_uses_trees(const std::string & layout);
 
-// Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (errors still print).
+// Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (libllama's errors still print; common's errors reach
+// the user as exceptions).
 void llama_log_quiet();
 
 }  // namespace rest

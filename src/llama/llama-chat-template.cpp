@@ -10,6 +10,16 @@ namespace rest {
 
 namespace {
 
+// common_chat_templates_init logs a template's parse error and rethrows it sliced to std::exception, which loses the
+// message (and our logging is quiet): parse the Jinja source once here first, to keep it.
+void check_jinja_parses(const std::string & src) {
+    try {
+        common_chat_template probe(src, "", "");
+    } catch (const std::exception & e) {
+        throw user_error(std::string("the chat template does not parse: ") + e.what());
+    }
+}
+
 class llama_chat_template final : public chat_template {
   public:
     llama_chat_template(const llama_model * model, const chat_template_params & params) {
@@ -31,6 +41,12 @@ class llama_chat_template final : public chat_template {
             use_jinja_ = params.name == "chatml";
         } else {
             override_src = params.source;
+        }
+        if (use_jinja_ && override_src != "chatml") {
+            const char * own = override_src.empty() ? llama_model_chat_template(model, nullptr) : nullptr;
+            if (!override_src.empty() || own) {
+                check_jinja_parses(override_src.empty() ? std::string(own) : override_src);
+            }
         }
         try {
             tmpls_ = common_chat_templates_init(model, override_src);
