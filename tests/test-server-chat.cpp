@@ -12,8 +12,10 @@
 #include "llama.h"
 #include "rest/llama-model.h"
 
+#include <atomic>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 using json = nlohmann::json;
 using namespace rest_test;
@@ -182,6 +184,21 @@ TEST_F(ChatServer, FallbackWarnsOnceAndApplyTemplateMatchesLlamaServer) {
     const http_reply  tok    = c.post("/tokenize", json{{"content", prompt}, {"add_special", true}});
     ASSERT_EQ(tok.status, 200) << tok.body;
     EXPECT_EQ(chat.json["usage"]["prompt_tokens"], tok.json["tokens"].size());
+    // Renders run unlocked on the HTTP threads, as llama-server's do: many at once still give the same text.
+    std::vector<std::thread> threads;
+    std::atomic<int>         n_wrong{0};
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            const json & conv = k_conversations[t % k_conversations.size()];
+            const std::string want = llama_server_render(ref.get(), "", false, conv);
+            for (int i = 0; i < 20; ++i) {
+                const http_reply r = client(srv_.port()).post("/apply-template", json{{"messages", conv}});
+                n_wrong += r.status != 200 || r.json["prompt"] != want;
+            }
+        });
+    }
+    for (auto & th : threads) th.join();
+    EXPECT_EQ(n_wrong.load(), 0);
     // Two assistant turns at the end: llama-server's 400.
     const http_reply two = c.post("/apply-template", json{{"messages", json::array({{{"role", "assistant"}, {"content", "a"}},
                                                                                       {{"role", "assistant"}, {"content", "b"}}})}});

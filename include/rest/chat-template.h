@@ -27,7 +27,7 @@ class chat_template {
     // The prompt for `messages` with llama-server's defaults: add_generation_prompt, thinking on where the template
     // supports it, tools left out; a conversation that ends with an assistant message is continued instead of
     // answered (llama-server's prefill_assistant). The text holds no leading BOS: tokenize it with add_special and
-    // parse_special. Safe to call from several threads. Throws user_error when the template refuses the
+    // parse_special. Safe to call from several threads at once. Throws user_error when the template refuses the
     // conversation (a Jinja raise_exception, two trailing assistant messages).
     virtual std::string apply(std::span<const chat_message> messages) const = 0;
 

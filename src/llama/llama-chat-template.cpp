@@ -4,7 +4,6 @@
 #include "rest/types.h"
 
 #include <algorithm>
-#include <mutex>
 
 namespace rest {
 
@@ -33,7 +32,7 @@ class llama_chat_template final : public chat_template {
                 std::string list;
                 for (const auto & n : names) list += (list.empty() ? "" : ", ") + n;
                 throw user_error("chat template '" + params.name + "' is not one of llama.cpp's built-in names (" + list +
-                                 "); Jinja source goes in a file (--chat-template-file)");
+                                 "), nor Jinja source");
             }
             override_src = params.name;
             // llama-server renders "chatml" through Jinja (common_chat_templates_init substitutes its ChatML source);
@@ -91,9 +90,9 @@ class llama_chat_template final : public chat_template {
             in.add_generation_prompt  = false;
         }
         try {
-            // Rendering builds its own Jinja context per call, but common_chat_templates_apply makes no promise about
-            // concurrent calls on one template set; a render costs microseconds, so serialize them.
-            std::lock_guard<std::mutex> lock(mutex_);
+            // No lock: each call renders in its own Jinja context, and llama-server calls this concurrently from its
+            // HTTP threads on one shared template set too. (A render takes milliseconds: it also derives the
+            // response parser, which a lock would serialize across every chat request.)
             return common_chat_templates_apply(tmpls_.get(), in).prompt;
         } catch (const std::exception & e) {
             throw user_error(std::string("the chat template cannot render these messages: ") + e.what());
@@ -109,7 +108,6 @@ class llama_chat_template final : public chat_template {
     bool                      enable_thinking_ = false;
     bool                      fallback_        = false;
     std::string               description_;
-    mutable std::mutex        mutex_;
 };
 
 }  // namespace
