@@ -46,19 +46,18 @@ struct llama_model_deleter {
 
 // llama-server's rendering of `conv` with --chat-template `override_src` ("" : the model's own), --jinja unless
 // `no_jinja`, and every other setting at its default.
-// (add_generation_prompt and prefill are for tokenizer::apply_chat_template, which renders corpus documents whole.)
 std::string llama_server_render(const llama_model * model, const std::string & override_src, bool no_jinja,
-                                const json & conv, bool add_generation_prompt = true, bool prefill = true) {
+                                const json & conv) {
     const common_chat_templates_ptr tmpls = common_chat_templates_init(model, override_src);
     const bool use_jinja = !no_jinja;
     common_chat_templates_inputs in;
     in.messages              = common_chat_msgs_parse_oaicompat(common_json::parse(conv.dump()));
     in.use_jinja             = use_jinja;
-    in.add_generation_prompt = add_generation_prompt;
+    in.add_generation_prompt = true;
     in.reasoning_format      = COMMON_REASONING_FORMAT_DEEPSEEK;
     in.enable_thinking       = use_jinja && common_chat_templates_support_enable_thinking(tmpls.get());
     in.chat_template_kwargs["preserve_reasoning"] = "true";
-    if (prefill && !in.messages.empty() && in.messages.back().role == "assistant") {  // prefill_assistant
+    if (!in.messages.empty() && in.messages.back().role == "assistant") {  // prefill_assistant
         in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
         in.add_generation_prompt  = false;
     }
@@ -132,35 +131,6 @@ TEST(ChatTemplate, ModelsOwnJinjaTemplateRendersAsLlamaServer) {
     const auto model = rest::model::load(fixture_with("phi-3"));
     const std::string text = model->new_chat_template({})->apply(to_messages(k_conversations[0]));
     EXPECT_EQ(text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
-}
-
-// tokenizer::apply_chat_template (index building, `rest bench --chat`) renders through the same code: with the
-// generation prompt as the server's, and as a whole document without it (a trailing assistant turn closed).
-TEST(ChatTemplate, TokenizerRendersThroughTheSameCode) {
-    for (const char * vocab : {"phi-3", "qwen2"}) {
-        const std::string path  = fixture_with(vocab);
-        const auto        model = rest::model::load(path);
-        const auto        ref   = load_vocab(path);
-        for (const auto & conv : k_conversations) {
-            const auto msgs = to_messages(conv);
-            if (msgs.back().role != "assistant") {
-                EXPECT_EQ(model->vocab().apply_chat_template(msgs, true), model->new_chat_template({})->apply(msgs));
-            }
-            EXPECT_EQ(model->vocab().apply_chat_template(msgs, false),
-                      llama_server_render(ref.get(), "", false, conv, false, false))
-                << vocab << " " << conv.dump();
-        }
-    }
-    // qwen2's document form closes the assistant turn; the server's continues it.
-    const auto        qwen = rest::model::load(fixture_with("qwen2"));
-    const auto        msgs = to_messages(k_conversations[3]);
-    const std::string doc  = qwen->vocab().apply_chat_template(msgs, false);
-    EXPECT_TRUE(doc.ends_with("Once upon<|im_end|>\n")) << doc;
-    EXPECT_TRUE(qwen->new_chat_template({})->apply(msgs).ends_with("Once upon")) << qwen->new_chat_template({})->apply(msgs);
-    // No template, no ChatML stand-in here.
-    if (!stories().empty()) {
-        EXPECT_THROW(rest::model::load(stories())->vocab().apply_chat_template(msgs, true), rest::user_error);
-    }
 }
 
 TEST(ChatTemplate, JinjaSourceGivenByTheUser) {

@@ -67,11 +67,7 @@ class llama_chat_template final : public chat_template {
         }
     }
 
-    std::string apply(std::span<const chat_message> messages) const override { return render(messages, true, true); }
-
-    // add_generation_prompt, and prefill: continue a trailing assistant turn (llama-server's prefill_assistant,
-    // which turns add_generation_prompt off) rather than close it.
-    std::string render(std::span<const chat_message> messages, bool add_generation_prompt, bool prefill) const {
+    std::string apply(std::span<const chat_message> messages) const override {
         common_chat_templates_inputs in;
         for (const auto & m : messages) {
             common_chat_msg msg;
@@ -80,13 +76,13 @@ class llama_chat_template final : public chat_template {
             in.messages.push_back(std::move(msg));
         }
         in.use_jinja             = use_jinja_;
-        in.add_generation_prompt = add_generation_prompt;
+        in.add_generation_prompt = true;
         in.reasoning_format      = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default; the prompt ignores it
         in.enable_thinking       = enable_thinking_;
         in.chat_template_kwargs["preserve_reasoning"] = "true";      // llama-server's default (common/arg.cpp)
         // llama-server's prefill_assistant (on by default): a trailing assistant message is continued.
         const size_t n = messages.size();
-        if (prefill && n > 0 && messages[n - 1].role == "assistant") {
+        if (n > 0 && messages[n - 1].role == "assistant") {
             if (n >= 2 && messages[n - 2].role == "assistant") {
                 throw user_error("Cannot have 2 or more assistant messages at the end of the list.");
             }
@@ -118,10 +114,6 @@ class llama_chat_template final : public chat_template {
 
 std::unique_ptr<chat_template> make_llama_chat_template(const llama_model * model, const chat_template_params & params) {
     return std::make_unique<llama_chat_template>(model, params);
-}
-
-std::string llama_chat_render(const chat_template & t, std::span<const chat_message> messages, bool add_assistant) {
-    return static_cast<const llama_chat_template &>(t).render(messages, add_assistant, false);
 }
 
 std::vector<std::string> chat_template_builtin_names() {

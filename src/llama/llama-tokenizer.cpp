@@ -1,6 +1,5 @@
 #include "llama-tokenizer.h"
 
-#include "llama-chat-template.h"
 #include "llama-util.h"
 #include "rest/llama-model.h"
 
@@ -94,13 +93,28 @@ int32_t llama_tokenizer::n_vocab() const {
 }
 
 std::string llama_tokenizer::apply_chat_template(std::span<const chat_message> messages, bool add_assistant) const {
-    // Only the model's own template: ChatML stands in for a missing one in the server (llama-server's fallback),
-    // but an index or a benchmark rendered in a format the model never saw would mislead.
-    if (!llama_model_chat_template(model_, nullptr)) {
+    const char * tmpl = llama_model_chat_template(model_, nullptr);
+    if (!tmpl) {
         throw user_error("the model has no chat template (tokenizer.chat_template is missing)");
     }
-    std::call_once(chat_once_, [this] { chat_ = make_llama_chat_template(model_, {}); });
-    return llama_chat_render(*chat_, messages, add_assistant);
+    std::vector<llama_chat_message> msgs;
+    msgs.reserve(messages.size());
+    size_t total = 0;
+    for (const auto & m : messages) {
+        msgs.push_back({m.role.c_str(), m.content.c_str()});
+        total += m.role.size() + m.content.size();
+    }
+    std::string out(total * 2 + 256, '\0');
+    int32_t n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), add_assistant, out.data(), (int32_t) out.size());
+    if (n > (int32_t) out.size()) {
+        out.resize(n);
+        n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), add_assistant, out.data(), (int32_t) out.size());
+    }
+    if (n < 0) {
+        throw user_error("the model's chat template is not one llama.cpp's llama_chat_apply_template supports");
+    }
+    out.resize(n);
+    return out;
 }
 
 std::unique_ptr<tokenizer> load_tokenizer(const std::string & model_path) {

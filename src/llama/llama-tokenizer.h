@@ -2,11 +2,7 @@
 #pragma once
 
 #include "llama-cpp.h"
-#include "rest/chat-template.h"
 #include "rest/tokenizer.h"
-
-#include <memory>
-#include <mutex>
 
 namespace rest {
 
@@ -25,10 +21,6 @@ class llama_tokenizer final : public tokenizer {
 
   private:
     llama_model_ptr     owned_;
-    // The model's template through llama.cpp's common, made on the first chat render (most uses never render one,
-    // and making it parses the template and probes what it supports).
-    mutable std::once_flag                  chat_once_;
-    mutable std::unique_ptr<chat_template>  chat_;
     const llama_model * model_;
     const llama_vocab * vocab_;
     std::uint64_t       fingerprint_ = 0;
