@@ -996,39 +996,11 @@ TEST_F(ServerApi, StandardMetricsAgreeWithTheResponses) {
 }
 
 // stories260K (a real model, so no near-ties to speak of) with speculation: chunks release several tokens at once.
-class ServerStories : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        if (shared_data().empty()) {
-            return;
-        }
-        const std::string path = shared_data() + "/models/stories260K.gguf";
-        model_                 = rest::model::load(path).release();
-        srv_                   = new server_process();
-        start_error_ = srv_->start({"-m", path, "-c", "512", "--np", "2", "-t", "1", "--draft-fixed", "8"},
-                                   tmp_dir() + "/server-stories.log");
-    }
-    static void TearDownTestSuite() {
-        delete srv_;
-        delete model_;
-        srv_   = nullptr;
-        model_ = nullptr;
-    }
-    void SetUp() override {
-        if (!srv_) {
-            GTEST_SKIP() << "no shared data (stories260K)";
-        }
-        ASSERT_EQ(start_error_, "") << "server did not start";
-    }
-
-    static rest::model *    model_;
-    static server_process * srv_;
-    static std::string      start_error_;
+class ServerStories : public stories_server_test<ServerStories> {
+  public:
+    static std::vector<std::string> server_args() { return {"-c", "512", "--np", "2", "-t", "1", "--draft-fixed", "8"}; }
+    static const char *             log_name() { return "server-stories.log"; }
 };
-
-rest::model *    ServerStories::model_ = nullptr;
-server_process * ServerStories::srv_   = nullptr;
-std::string      ServerStories::start_error_;
 
 // Plain decoding repeats its computation exactly, so there the values must be equal; speculative runs verify
 // different drafts (the online store grows with every run), and batched rounding moves values by up to ~5e-4 here.

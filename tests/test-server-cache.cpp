@@ -123,34 +123,11 @@ TEST_F(ServerCache, EightConversationsOverFourSlotsStayLossless) {
     std::printf("8 conversations x 3 turns over 4 slots: %lld prompt tokens reused\n", (long long) total_reused);
 }
 
-class ServerCacheChat : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        if (shared_data().empty()) return;
-        const std::string path = shared_data() + "/models/stories260K.gguf";
-        model_                 = rest::model::load(path).release();
-        srv_                   = new server_process();
-        start_error_ = srv_->start({"-m", path, "-c", "2048", "--np", "2", "-t", "1"}, tmp_dir() + "/server-cache-chat.log");
-    }
-    static void TearDownTestSuite() {
-        delete srv_;
-        delete model_;
-        srv_   = nullptr;
-        model_ = nullptr;
-    }
-    void SetUp() override {
-        if (!srv_) GTEST_SKIP() << "no shared data (stories260K)";
-        ASSERT_EQ(start_error_, "") << "server did not start: " << start_error_;
-    }
-
-    static rest::model *    model_;
-    static server_process * srv_;
-    static std::string      start_error_;
+class ServerCacheChat : public stories_server_test<ServerCacheChat> {
+  public:
+    static std::vector<std::string> server_args() { return {"-c", "2048", "--np", "2", "-t", "1"}; }
+    static const char *             log_name() { return "server-cache-chat.log"; }
 };
-
-rest::model *    ServerCacheChat::model_ = nullptr;
-server_process * ServerCacheChat::srv_   = nullptr;
-std::string      ServerCacheChat::start_error_;
 
 TEST_F(ServerCacheChat, AThreeTurnChatReusesItsTurnsLosslessly) {
     const client c(srv_->port());
