@@ -475,3 +475,26 @@ TEST(LlamaArgs, MultiLetterNamesBecomeLongOnes) {
         EXPECT_FALSE(a.commands.empty()) << a.llama;
     }
 }
+
+// Inter-token gaps land in 20%-wide buckets from 1 ms, so a p99 can be read off them (bench/prefill-stall.py does).
+TEST(ServerMetrics, InterTokenLatencyBucketsAreFine) {
+    server_metrics m;
+    for (int i = 0; i < 99; ++i) m.on_token_gap(0.100);
+    m.on_token_gap(0.250);
+    const std::string t = m.prometheus(metrics_gauges{});
+    EXPECT_EQ(series_value(t, "rest:inter_token_latency_seconds_count"), 100);
+    EXPECT_NEAR(series_value(t, "rest:inter_token_latency_seconds_sum"), 10.15, 1e-9);
+    // The 0.1 s gaps sit in one bucket whose bounds are within 20%; the 0.25 s one lies above 0.2 s.
+    int below_01 = 0, first_all = -1;
+    for (double le = 1e-3; le < 60; le *= 1.2) {
+        char b[64];
+        std::snprintf(b, sizeof(b), "rest:inter_token_latency_seconds_bucket{le=\"%g\"}", le);
+        const double v = series_value(t, b);
+        ASSERT_GE(v, 0) << b;
+        if (le < 0.1 / 1.2) below_01 += (int) v;
+        if (first_all < 0 && v == 100) first_all = (int) std::lround(le * 1000);
+    }
+    EXPECT_EQ(below_01, 0);
+    EXPECT_GT(first_all, 250);
+    EXPECT_LT(first_all, 300);
+}
