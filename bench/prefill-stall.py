@@ -110,11 +110,12 @@ def run(a, with_b):
                 if with_b:
                     started.set()
                 else:
-                    hist["0"] = itl_histogram(port)
-            if not with_b and len(times) >= a.warmup + a.alone_chunks:
+                    hist["0"], hist["t0"] = itl_histogram(port), t
+            if not with_b and "t0" in hist and t - hist["t0"] >= a.alone_seconds:
                 hist["1"] = itl_histogram(port)
-            if (with_b and "done" in b_times) or (not with_b and len(times) >= a.warmup + a.alone_chunks):
                 raise Done()  # A has shown what it had to: closing the stream cancels it
+            if with_b and "done" in b_times:
+                raise Done()
 
         tb = threading.Thread(target=b)
         tb.start()
@@ -143,7 +144,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--max-tokens", type=int, default=2000, help="A's length: it must outlast B's prefill")
     ap.add_argument("--warmup", type=int, default=20, help="A's chunks before B arrives")
-    ap.add_argument("--alone-chunks", type=int, default=100, help="A's chunks measured in the run without B")
+    ap.add_argument("--alone-seconds", type=float, default=20, help="how long A is measured in the run without B")
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default="/tmp/prefill-stall.log")
