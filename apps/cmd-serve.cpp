@@ -77,7 +77,7 @@ void add_serve_command(CLI::App & root) {
         ->check(CLI::Range(0.0, 100.0))
         ->capture_default_str();
     cmd->add_option("-t,--threads", p->n_threads, "CPU threads (0: all)")->capture_default_str();
-    cmd->add_option("--ngl,--n-gpu-layers", p->n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    cmd->add_option("--ngl,--gpu-layers,--n-gpu-layers", p->n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
     cmd->add_option("--draft-max", p->n_draft_max,
                     "Cap on draft nodes per slot and step; the cost model picks each step's budget below it (-1: 64)")
         ->capture_default_str();
@@ -86,6 +86,11 @@ void add_serve_command(CLI::App & root) {
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
     add_layout_option(cmd, p->layout);
     add_recalibrate_option(cmd, p->recalibrate);
+    add_attention_options(cmd, p->flash_attn, p->cache_type_k, p->cache_type_v);
+    cmd->add_option("--chat-template", p->chat_template,
+                    "Render chats with this llama.cpp built-in template (chatml, llama3, phi3, ...; or Jinja source, "
+                    "as llama-server takes) instead of the model's own. Without it, a model that has none uses chatml");
+    cmd->add_option("--chat-template-file", p->chat_template_file, "Render chats with the Jinja template in this file");
     cmd->add_option("-n,--n-predict", p->n_predict,
                     "max_tokens for requests that give none (-1: until end of generation or context)")
         ->capture_default_str();

@@ -11,8 +11,11 @@ void add_bench_command(CLI::App & root);
 void add_serve_command(CLI::App & root);
 
 struct session_params;
-// --draft-layout and --flash-attn (apps/session-options.cpp); --draft-layout alone for `rest serve`.
+// --draft-layout, --recalibrate and the attention options (apps/session-options.cpp), for generate and bench.
 void add_verify_options(CLI::App * cmd, session_params & sp);
+// --flash-attn, --cache-type-k, --cache-type-v (rest::context_params' fields of the same names); serve too.
+void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::string & cache_type_k,
+                           std::string & cache_type_v);
 void add_layout_option(CLI::App * cmd, std::string & layout);
 // --recalibrate: measure the verify cost again instead of using the cached table (generate, bench, serve).
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate);

@@ -1,9 +1,12 @@
 #include "commands.h"
+#include "llama-args.h"
 #include "rest/types.h"
 
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
+#include <vector>
 
 int main(int argc, char ** argv) {
     CLI::App app{"rest.cpp: lossless retrieval-based speculative decoding (REST) for llama.cpp models", "rest"};
@@ -14,8 +17,12 @@ int main(int argc, char ** argv) {
     add_bench_command(app);
     add_serve_command(app);
     add_fixture_command(app);
+    // llama.cpp's -ngl, -np, -fa, ... become rest's long names first (llama-args.h says why).
+    const std::vector<std::string> args = rewrite_llama_args(std::vector<std::string>(argv + 1, argv + argc));
+    std::vector<const char *>      cargv = {argv[0]};
+    for (const auto & a : args) cargv.push_back(a.c_str());
     try {
-        app.parse(argc, argv);
+        app.parse((int) cargv.size(), cargv.data());
     } catch (const CLI::ParseError & e) {
         return app.exit(e);
     } catch (const rest::user_error & e) {

@@ -18,20 +18,30 @@ void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
                   "Measure the verify cost again (e.g. after a change of machine load) and replace the cached table");
 }
 
-void add_verify_options(CLI::App * cmd, session_params & sp) {
-    add_layout_option(cmd, sp.layout);
-    add_recalibrate_option(cmd, sp.recalibrate);
+void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::string & cache_type_k,
+                           std::string & cache_type_v) {
+    // llama.cpp's spellings too (common/arg.cpp: is_truthy / is_falsey / is_autoy), so `-fa 1` means what it does there.
     cmd->add_option_function<std::string>(
            "--flash-attn",
-           [&sp](const std::string & v) { sp.ctx.flash_attn = v == "on" ? 1 : v == "off" ? 0 : -1; },
-           "Flash attention: auto (CPU: on for quantized models, off for F32/F16), on, off")
-        ->check(CLI::IsMember({"auto", "on", "off"}))
+           [&flash_attn](const std::string & v) {
+               const bool on = v == "on" || v == "enabled" || v == "true" || v == "1";
+               const bool off = v == "off" || v == "disabled" || v == "false" || v == "0";
+               flash_attn = on ? 1 : off ? 0 : -1;
+           },
+           "Flash attention (llama.cpp's -fa): auto (CPU: on for quantized models, off for F32/F16), on, off")
+        ->check(CLI::IsMember({"auto", "on", "off", "enabled", "disabled", "true", "false", "1", "0", "-1"}))
         ->default_str("auto");
-    for (auto [name, type] : {std::pair{"--cache-type-k", &sp.ctx.cache_type_k}, {"--cache-type-v", &sp.ctx.cache_type_v}}) {
+    for (auto [name, type] : {std::pair{"--cache-type-k", &cache_type_k}, {"--cache-type-v", &cache_type_v}}) {
         cmd->add_option(name, *type,
                         "KV cache type (llama.cpp's -ctk/-ctv). "
                         "On a CPU, bf16 for both keeps flash-attention outputs bit-exact past 512 cells with 2+ threads")
             ->check(CLI::IsMember({"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}))
             ->capture_default_str();
     }
+}
+
+void add_verify_options(CLI::App * cmd, session_params & sp) {
+    add_layout_option(cmd, sp.layout);
+    add_recalibrate_option(cmd, sp.recalibrate);
+    add_attention_options(cmd, sp.ctx.flash_attn, sp.ctx.cache_type_k, sp.ctx.cache_type_v);
 }

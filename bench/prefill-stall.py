@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Does a long prompt stop the other streams? (issue 19: chunked prefill)
 
-A fresh `rest serve --np 2` streams request A (greedy, one SSE chunk per step). Run 1: A alone. Run 2: the same A,
-and once A has produced --warmup chunks, request B arrives on the other slot with a prompt of --prompt-tokens
-tokens (max_tokens 1). Reports A's gaps between chunks (median, p99, max) during B's prefill against run 1, and B's
-time to its first token. Run 3: B alone, whose time to its first token is the stall A would see if B's prompt went
+A fresh `rest serve --np 2` streams request A (greedy). Run 1: A alone. Run 2: the same A, and once A has produced
+--warmup chunks, request B arrives on the other slot with a prompt of --prompt-tokens tokens (max_tokens 1).
+Reports A's gaps between steps (median, p99, from the server's rest:inter_token_latency_seconds histogram, read
+before and after the window) during B's prefill against run 1, and B's time to its first token. Run 3: B alone, whose time to its first token is the stall A would see if B's prompt went
 in one piece. With chunking each of A's steps carries a chunk the pacer sizes to about one plain step.
 
   build/bin/rest fixture -o tl-q4.gguf --shape tinyllama-1.1b --type q4_0
@@ -14,7 +14,6 @@ import argparse
 import http.client
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -30,6 +29,38 @@ def start_server(a):
         p.kill()
         sys.exit("server did not start: %r (%s)" % (line, " ".join(cmd)))
     return p, int(line.strip().rsplit(":", 1)[1])
+
+
+def itl_histogram(port):
+    """rest:inter_token_latency_seconds from /metrics: [(upper bound, cumulative count)]."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    out = []
+    for line in text.splitlines():
+        if line.startswith('rest:inter_token_latency_seconds_bucket{le="'):
+            le, v = line[len('rest:inter_token_latency_seconds_bucket{le="'):].split('"} ')
+            out.append((float("inf") if le == "+Inf" else float(le), float(v)))
+    return out
+
+
+def window(h0, h1):
+    """Quantiles (ms) of the gaps observed between two scrapes, linear within a bucket."""
+    counts = [(b1[0], b1[1] - b0[1]) for b0, b1 in zip(h0, h1)]
+    total = counts[-1][1]
+
+    def q(f):
+        lo = 0.0
+        prev = 0.0
+        for ub, cum in counts:
+            if cum >= f * total and cum > prev:
+                ub = lo * 1.2 if ub == float("inf") else ub
+                return 1e3 * (lo + (ub - lo) * (f * total - prev) / (cum - prev))
+            lo, prev = ub, cum
+        return float("nan")
+    return {"n": int(total), "median_ms": q(0.5), "p99_ms": q(0.99), "max_bucket_ms": 1e3 * max(
+        (ub for (ub, c), (_, p) in zip(counts, [(0, 0)] + counts) if c > p), default=0)}
 
 
 def stream(port, body, on_chunk):
@@ -62,17 +93,26 @@ def run(a, with_b):
         times, b_times, started = [], {}, threading.Event()
         long_prompt = " ".join(["the cat sat on the mat and"] * (a.prompt_tokens // 7 + 1))
 
+        hist = {}
+
         def b():
             started.wait()
+            hist["0"] = itl_histogram(port)
             b_times["sent"] = time.monotonic()
             body = {"prompt": long_prompt, "max_tokens": 1, "temperature": 0, "return_tokens": True}
             stream(port, body, lambda t, e: b_times.setdefault("first", t) if e["choices"][0].get("text") else None)
             b_times["done"] = time.monotonic()
+            hist["1"] = itl_histogram(port)
 
         def on_a(t, e):
             times.append(t)
-            if with_b and len(times) == a.warmup:
-                started.set()
+            if len(times) == a.warmup:
+                if with_b:
+                    started.set()
+                else:
+                    hist["0"] = itl_histogram(port)
+            if not with_b and len(times) >= a.warmup + a.alone_chunks:
+                hist["1"] = itl_histogram(port)
             if (with_b and "done" in b_times) or (not with_b and len(times) >= a.warmup + a.alone_chunks):
                 raise Done()  # A has shown what it had to: closing the stream cancels it
 
@@ -88,21 +128,12 @@ def run(a, with_b):
             pass
         started.set()
         tb.join()
-        gaps = [(t1, t1 - t0) for t0, t1 in zip(times, times[1:])]
-        if with_b:
-            lo, hi = b_times["sent"], b_times.get("first", b_times["done"])
-            window = [g for t, g in gaps if lo < t <= hi + 1e-3]
-            return window, hi - lo
-        return [g for _, g in gaps[a.warmup:]], 0.0
+        # Gaps between A's steps as the server measured them (SSE chunks also wait for text that is held back).
+        steps = window(hist["0"], hist["1"])
+        return steps, (b_times.get("first", b_times["done"]) - b_times["sent"]) if with_b else 0.0
     finally:
         p.terminate()
         p.wait()
-
-
-def summary(g):
-    g = sorted(g)
-    return {"n": len(g), "median_ms": 1e3 * statistics.median(g), "p99_ms": 1e3 * g[int(0.99 * (len(g) - 1))],
-            "max_ms": 1e3 * g[-1]}
 
 
 def main():
@@ -121,7 +152,7 @@ def main():
     alone, _ = run(a, False)
     beside, ttft = run(a, True)
     _, ttft_alone = run(a, "alone")
-    s0, s1 = summary(alone), summary(beside)
+    s0, s1 = alone, beside
     out = {"a_alone": s0, "a_during_b_prefill": s1, "p99_ratio": s1["p99_ms"] / s0["p99_ms"],
            "b_time_to_first_token_s": ttft, "b_alone_time_to_first_token_s": ttft_alone,
            "server_args": a.server_arg}

@@ -167,6 +167,18 @@ class fake_target final : public rest::target_model {
     std::int64_t n_forward_ = 0;
 };
 
+// Greedy plain decoding of prompt on a fresh one-slot fake_target(40, n_ctx_slot, 1, seed): the reference output.
+inline std::vector<rest::token_id> plain_output(std::uint64_t seed, const std::vector<rest::token_id> & prompt, int n,
+                                                int n_ctx_slot = 400) {
+    fake_target          m(40, n_ctx_slot, 1, seed);
+    rest::greedy_sampler s;
+    rest::request        r;
+    r.params.n_predict = n;
+    r.sampler          = &s;
+    rest::decoder(m, nullptr).run(r, prompt);
+    return r.output;
+}
+
 // Drafts random trees; with probability p_oracle per level it includes the greedy continuation, so long
 // accepted paths (and the compaction after them) happen often.
 class oracle_drafter final : public rest::draft_provider {

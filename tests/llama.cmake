@@ -3,7 +3,8 @@ rest_add_test(test-llama-verify SOURCES test-llama-verify.cpp LIBS rest-llama LA
 rest_add_test(test-llama-sampling SOURCES test-llama-sampling.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-llama-rest-e2e SOURCES test-llama-rest-e2e.cpp LIBS rest-llama LABELS llama)
 rest_add_test(test-llama-prediction SOURCES test-llama-prediction.cpp ${PROJECT_SOURCE_DIR}/apps/bench/edit-workload.cpp LIBS rest-llama LABELS llama)
-rest_add_test(test-cli-generate SOURCES test-cli-generate.cpp LIBS rest-llama LABELS cli)
+rest_add_test(test-cli-generate SOURCES test-cli-generate.cpp ${PROJECT_SOURCE_DIR}/apps/llama-args.cpp LIBS rest-llama LABELS cli)
+target_include_directories(test-cli-generate PRIVATE ${PROJECT_SOURCE_DIR}/apps)
 
 # -DRESTCPP_LLAMA_DIR with a plain llama.cpp checkout (the cached pinned clone): configure, build, generate.
 add_test(NAME test-llama-dir-build COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/llama-dir-build.sh

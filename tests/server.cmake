@@ -1,12 +1,17 @@
 # `rest serve` (apps/server/): unit tests of its pure parts, HTTP integration tests against the real binary, a
 # real OpenAI client (npm `openai`, skipped without npm), and a bounded load test (skipped without python3).
-rest_add_test(test-server-unit SOURCES test-server-unit.cpp LIBS rest-server LABELS server TIMEOUT 60)
+rest_add_test(test-server-unit SOURCES test-server-unit.cpp ${PROJECT_SOURCE_DIR}/apps/llama-args.cpp LIBS rest-server
+              LABELS server TIMEOUT 60)
+target_include_directories(test-server-unit PRIVATE ${PROJECT_SOURCE_DIR}/apps)
+# Chat rendering against llama.cpp's `common` called directly (as llama-server calls it), and `rest serve` on it.
+rest_add_test(test-server-chat SOURCES test-server-chat.cpp LIBS rest-server llama-common LABELS server TIMEOUT 240)
 rest_add_test(test-server-api SOURCES test-server-api.cpp LIBS rest-server LABELS server TIMEOUT 240)
 rest_add_test(test-server-lifecycle SOURCES test-server-lifecycle.cpp LIBS rest-server LABELS server TIMEOUT 240)
 rest_add_test(test-server-history SOURCES test-server-history.cpp LIBS rest-server LABELS server TIMEOUT 240)
 add_dependencies(test-server-api rest-cli)
 add_dependencies(test-server-lifecycle rest-cli)
 add_dependencies(test-server-history rest-cli)
+add_dependencies(test-server-chat rest-cli)
 
 set(_rest_server_env "REST_SHARED_DATA=${REST_SHARED_DATA_DIR};REST_BIN=${CMAKE_BINARY_DIR}/bin;REST_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp;RESTCPP_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
 add_test(NAME test-server-openai-client COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai-client/run.sh)

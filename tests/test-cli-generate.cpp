@@ -2,6 +2,7 @@
 // below 128 (never a crash); --json carries the documented fields; speculation with a datastore gives the same
 // greedy text as --no-spec.
 #include "cli-util.h"
+#include "llama-args.h"
 #include "test-util.h"
 
 #include <nlohmann/json.hpp>
@@ -52,6 +53,37 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
     const auto r = run("generate -m " + shell_quote(model_) + " -p hi -n notanumber");
     EXPECT_FALSE(r.signaled);
     EXPECT_NE(r.code, 0);
+}
+
+// llama.cpp's spellings (apps/llama-args.h): every rewritten name exists on the commands the table says, and
+// `generate -ngl 0 -fa ... -ctk ... -ctv ...` runs as the long names do (it failed in CLI11 as -n -g -l).
+TEST_F(generate_cli, llama_cpp_spellings_are_understood) {
+    for (const auto & a : llama_arg_aliases()) {
+        for (const char * cmd : a.commands) {
+            const auto help = run(std::string(cmd) + " --help");
+            ASSERT_EQ(help.code, 0) << cmd << ": " << help.err;
+            EXPECT_NE(help.out.find(std::string(a.rest) + " "), std::string::npos)
+                << a.llama << " -> " << a.rest << " is not an option of `rest " << cmd << "`";
+        }
+    }
+    const std::string m = "generate -m " + shell_quote(model_) + " -p hi -n 8 --no-spec --json -t 1 ";
+    const auto        longs = run(m + "--n-gpu-layers 0 --flash-attn off --cache-type-k f16 --cache-type-v f16");
+    ASSERT_EQ(longs.code, 0) << longs.err;
+    for (const char * fa : {"-fa off", "-fa 0", "-fa -1", "-fa auto"}) {
+        const auto r = run(m + "-ngl 0 " + fa + " -ctk f16 -ctv f16");
+        ASSERT_EQ(r.code, 0) << fa << ": " << r.err;
+        EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], nlohmann::json::parse(longs.out)["tokens"]) << fa;
+    }
+    // The older flag form of -fa (no value) means on.
+    const auto flag = run("generate -m " + shell_quote(model_) + " -p hi -n 8 --no-spec -t 1 -fa --json");
+    EXPECT_EQ(flag.code, 0) << flag.err;
+    // A name on a command that lacks it is CLI11's error naming rest's option; a bad value names the option too.
+    const auto np = run(m + "-np 2");
+    EXPECT_TRUE(np.code > 0 && np.code < 128) << np.code;
+    EXPECT_NE(np.err.find("--parallel"), std::string::npos) << np.err;
+    const auto fa = run(m + "-fa sometimes");
+    EXPECT_TRUE(fa.code > 0 && fa.code < 128) << fa.code;
+    EXPECT_NE(fa.err.find("--flash-attn"), std::string::npos) << fa.err;
 }
 
 // The verify-cost table: measured once and cached; --verbose prints it either way; --recalibrate measures it again

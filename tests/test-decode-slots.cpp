@@ -11,16 +11,6 @@ using namespace rest;
 
 namespace {
 
-std::vector<token_id> plain_output(std::uint64_t seed, const std::vector<token_id> & prompt, int n) {
-    rest_test::fake_target m(40, 400, 1, seed);
-    greedy_sampler         s;
-    request                r;
-    r.params.n_predict = n;
-    r.sampler          = &s;
-    decoder(m, nullptr).run(r, prompt);
-    return r.output;
-}
-
 TEST(slot_batch, requests_come_and_go_through_the_slots_with_plain_outputs) {
     rest_test::fake_target m(40, 400, 3, 7);
     decoder                dec(m, nullptr);
@@ -64,7 +54,7 @@ TEST(slot_batch, requests_come_and_go_through_the_slots_with_plain_outputs) {
     for (int i = 0; i < n_req; ++i) {
         EXPECT_EQ(reported[i], 1) << "request " << i;
         // The fake's logits depend only on the token prefix, so every slot's output is the 1-slot plain one.
-        EXPECT_EQ(reqs[i].output, plain_output(7, prompts[i], reqs[i].params.n_predict)) << "request " << i;
+        EXPECT_EQ(reqs[i].output, rest_test::plain_output(7, prompts[i], reqs[i].params.n_predict)) << "request " << i;
     }
 }
 

@@ -25,7 +25,7 @@ const char * k_key = "test-key-123";
 
 rest::fixture_params model_params() {
     rest::fixture_params p;
-    p.vocab = "phi-3";  // carries tokenizer.chat_template (llama.cpp renders it as "phi3")
+    p.vocab = "phi-3";  // carries a Jinja tokenizer.chat_template
     return p;
 }
 
@@ -264,7 +264,13 @@ TEST_F(ServerApi, LogprobsCoverEveryCompletionToken) {
 
 TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
     const std::vector<rest::chat_message> msgs = {{"system", "You are terse."}, {"user", "Tell me a story."}};
-    const std::string rendered = model_->vocab().apply_chat_template(msgs, true);
+    // The model's own template through llama.cpp's common code (test-server-chat.cpp compares that with llama.cpp
+    // called directly); the server shows the same text on /apply-template.
+    const std::string rendered = model_->new_chat_template({})->apply(msgs);
+    const http_reply  shown    = api().post("/apply-template", json{{"messages", json::array({{{"role", "system"}, {"content", "You are terse."}},
+                                                                                            {{"role", "user"}, {"content", "Tell me a story."}}})}});
+    ASSERT_EQ(shown.status, 200) << shown.body;
+    EXPECT_EQ(shown.json["prompt"], rendered);
     const int         n        = 24;
     const auto        ref      = generate_no_spec(model_path_, {rendered}, n, "api-chat");
     ASSERT_EQ(ref.size(), 1u);
@@ -300,6 +306,36 @@ TEST_F(ServerApi, ChatEqualsGenerateOnTheRenderedTemplate) {
     const http_reply p = api().post("/v1/chat/completions", parts);
     ASSERT_EQ(p.status, 200) << p.body;
     EXPECT_EQ(p.json["choices"][0]["message"]["content"], text_of(got));
+}
+
+// llama-server's /tokenize and /detokenize: the model's own tokenizer, BOS only when asked, control tokens parsed.
+TEST_F(ServerApi, TokenizeAndDetokenizeAsLlamaServer) {
+    const std::string text = "Hello <|user|> world";
+    const http_reply  plain = api().post("/tokenize", json{{"content", text}});
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    EXPECT_EQ(tokens_of(plain.json["tokens"]), model_->vocab().tokenize(text, false, true));
+    const http_reply bos = api().post("/tokenize", json{{"content", text}, {"add_special", true}});
+    EXPECT_EQ(tokens_of(bos.json["tokens"]), model_->vocab().tokenize(text, true, true));
+    const http_reply raw = api().post("/tokenize", json{{"content", text}, {"parse_special", false}});
+    EXPECT_EQ(tokens_of(raw.json["tokens"]), model_->vocab().tokenize(text, false, false));
+    EXPECT_GT(raw.json["tokens"].size(), plain.json["tokens"].size());  // "<|user|>" spelled out
+
+    const http_reply pieces = api().post("/tokenize", json{{"content", text}, {"with_pieces", true}});
+    ASSERT_EQ(pieces.json["tokens"].size(), plain.json["tokens"].size());
+    std::string joined;
+    for (size_t i = 0; i < pieces.json["tokens"].size(); ++i) {
+        const json & t = pieces.json["tokens"][i];
+        EXPECT_EQ(t["id"], plain.json["tokens"][i]);
+        EXPECT_EQ(t["piece"], model_->vocab().piece(t["id"].get<int>()));
+        joined += t["piece"].get<std::string>();
+    }
+    const http_reply de = api().post("/detokenize", json{{"tokens", plain.json["tokens"]}});
+    ASSERT_EQ(de.status, 200) << de.body;
+    EXPECT_EQ(de.json["content"], joined);
+    EXPECT_NE(de.json["content"].get<std::string>().find("<|user|>"), std::string::npos);  // control tokens shown
+    EXPECT_EQ(api().post("/detokenize", json{{"tokens", json::array()}}).json["content"], "");
+    // The API key guards them as every other route but /health.
+    EXPECT_EQ(client(srv_->port()).post("/tokenize", json{{"content", "x"}}).status, 401);
 }
 
 TEST_F(ServerApi, ConcurrentRequestsBeyondTheSlotsQueueAndStayLossless) {
@@ -485,6 +521,17 @@ TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
         {"/v1/corpus", R"({})", 400, ""},
         {"/v1/corpus", R"({"text": ""})", 400, "text"},
         {"/v1/corpus", "nope", 400, ""},
+        {"/tokenize", "{}", 400, "content"},
+        {"/tokenize", R"({"content": 5})", 400, "content"},
+        {"/tokenize", R"({"content": [99999999]})", 400, "content"},
+        {"/tokenize", R"({"content": "a", "with_pieces": 1})", 400, "with_pieces"},
+        {"/tokenize", R"({"content": "a", "add_special": "no"})", 400, "add_special"},
+        {"/detokenize", "{}", 400, "tokens"},
+        {"/detokenize", R"({"tokens": "1 2"})", 400, "tokens"},
+        {"/detokenize", R"({"tokens": [99999999]})", 400, "tokens"},
+        {"/detokenize", R"({"tokens": [-3]})", 400, "tokens"},
+        {"/apply-template", "{}", 400, "messages"},
+        {"/apply-template", R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "messages[0].role"},
         {"/v1/nothing-here", "{}", 404, ""},
     };
     for (const auto & c : cases) {
@@ -950,39 +997,11 @@ TEST_F(ServerApi, StandardMetricsAgreeWithTheResponses) {
 }
 
 // stories260K (a real model, so no near-ties to speak of) with speculation: chunks release several tokens at once.
-class ServerStories : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        if (shared_data().empty()) {
-            return;
-        }
-        const std::string path = shared_data() + "/models/stories260K.gguf";
-        model_                 = rest::model::load(path).release();
-        srv_                   = new server_process();
-        start_error_ = srv_->start({"-m", path, "-c", "512", "--np", "2", "-t", "1", "--draft-fixed", "8"},
-                                   tmp_dir() + "/server-stories.log");
-    }
-    static void TearDownTestSuite() {
-        delete srv_;
-        delete model_;
-        srv_   = nullptr;
-        model_ = nullptr;
-    }
-    void SetUp() override {
-        if (!srv_) {
-            GTEST_SKIP() << "no shared data (stories260K)";
-        }
-        ASSERT_EQ(start_error_, "") << "server did not start";
-    }
-
-    static rest::model *    model_;
-    static server_process * srv_;
-    static std::string      start_error_;
+class ServerStories : public stories_server_test<ServerStories> {
+  public:
+    static std::vector<std::string> server_args() { return {"-c", "512", "--np", "2", "-t", "1", "--draft-fixed", "8"}; }
+    static const char *             log_name() { return "server-stories.log"; }
 };
-
-rest::model *    ServerStories::model_ = nullptr;
-server_process * ServerStories::srv_   = nullptr;
-std::string      ServerStories::start_error_;
 
 // Plain decoding repeats its computation exactly, so there the values must be equal; speculative runs verify
 // different drafts (the online store grows with every run), and batched rounding moves values by up to ~5e-4 here.

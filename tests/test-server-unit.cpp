@@ -1,16 +1,20 @@
 // The server's pure parts: OpenAI request validation, the text stream that cuts stop strings and holds back
 // partial UTF-8 (checked against a naive reference on seeded random piece sequences), a job's published text and
-// log probabilities, and stream chunks' shapes.
+// log probabilities, stream chunks' shapes, /tokenize and /detokenize bodies over a fake byte tokenizer, and the
+// rewriting of llama.cpp's option spellings (apps/llama-args.h).
 #include "oai-request.h"
 #include "oai-response.h"
 #include "job.h"
 #include "metrics.h"
 #include "text-stream.h"
 #include "api-error.h"
+#include "llama-args.h"
+#include "token-request.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -343,4 +347,154 @@ TEST(ServerMetrics, PromptCacheAndPrefillHistogram) {
     EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_bucket{le=\"+Inf\"}"), 2);
     EXPECT_EQ(series_value(t, "rest:request_prefill_time_seconds_count"), 2);
     EXPECT_NEAR(series_value(t, "rest:request_prefill_time_seconds_sum"), 2.002, 1e-9);
+}
+
+namespace {
+
+// One token per byte (ids 0-255), BOS = 256; "<s>" parses to BOS when parse_special is set.
+class byte_tokenizer final : public rest::tokenizer {
+  public:
+    std::vector<rest::token_id> tokenize(std::string_view text, bool add_special, bool parse_special) const override {
+        std::vector<rest::token_id> out;
+        if (add_special) out.push_back(256);
+        for (size_t i = 0; i < text.size(); ++i) {
+            if (parse_special && text.substr(i, 3) == "<s>") {
+                out.push_back(256);
+                i += 2;
+            } else {
+                out.push_back((unsigned char) text[i]);
+            }
+        }
+        return out;
+    }
+    std::string detokenize(std::span<const rest::token_id> t) const override {
+        std::string s;
+        for (auto x : t) s += piece(x);
+        return s;
+    }
+    std::string piece(rest::token_id t) const override { return t == 256 ? "<s>" : std::string(1, (char) t); }
+    int32_t n_vocab() const override { return 257; }
+    std::uint64_t fingerprint() const override { return 1; }
+    std::string description() const override { return "bytes"; }
+    std::string apply_chat_template(std::span<const rest::chat_message>, bool) const override { return ""; }
+};
+
+std::string bad_param(const std::function<void()> & f) {
+    try {
+        f();
+    } catch (const api_error & e) {
+        return e.status == 400 ? e.param.empty() ? "(none)" : e.param : "status " + std::to_string(e.status);
+    }
+    return "(accepted)";
+}
+
+std::vector<std::string> rewrite(const std::vector<std::string> & args) {
+    return rewrite_llama_args(args);
+}
+
+}  // namespace
+
+TEST(ServerTokenize, ShapesAreLlamaServers) {
+    const byte_tokenizer tok;
+    using json = nlohmann::json;
+    EXPECT_EQ(tokenize_reply(tok, parse_tokenize_request(R"({"content": "ab"})")), json::parse(R"({"tokens": [97, 98]})"));
+    // add_special is off by default and parse_special on, as llama-server's.
+    EXPECT_EQ(tokenize_reply(tok, parse_tokenize_request(R"({"content": "a<s>", "add_special": true})"))["tokens"],
+              json::parse("[256, 97, 256]"));
+    EXPECT_EQ(tokenize_reply(tok, parse_tokenize_request(R"({"content": "<s>", "parse_special": false})"))["tokens"],
+              json::parse("[60, 115, 62]"));
+    // Mixed content: strings and ids in order, BOS only before a leading string.
+    EXPECT_EQ(tokenize_reply(tok, parse_tokenize_request(R"({"content": ["a", 5, "b"], "add_special": true})"))["tokens"],
+              json::parse("[256, 97, 5, 98]"));
+    EXPECT_EQ(tokenize_reply(tok, parse_tokenize_request(R"({"content": [5, "b"], "add_special": true})"))["tokens"],
+              json::parse("[5, 98]"));
+    // with_pieces: valid UTF-8 pieces as strings, a lone byte of a split character as its byte values.
+    EXPECT_EQ(tokenize_reply(tok, parse_tokenize_request(R"({"content": "a\u00e1", "with_pieces": true})")),
+              json::parse(R"({"tokens": [{"id": 97, "piece": "a"}, {"id": 195, "piece": [195]}, {"id": 161, "piece": [161]}]})"));
+
+    const std::vector<rest::token_id> ids = parse_detokenize_request(R"({"tokens": [256, 195, 161, 33]})", tok.n_vocab());
+    EXPECT_EQ(ids, (std::vector<rest::token_id>{256, 195, 161, 33}));
+    EXPECT_EQ(detokenize_reply(tok, ids), json::parse(R"({"content": "<s>\u00e1!"})"));
+    EXPECT_EQ(detokenize_reply(tok, {}), json::parse(R"({"content": ""})"));
+}
+
+TEST(ServerTokenize, BadBodiesAreRefusedWithTheirField) {
+    const byte_tokenizer tok;
+    const std::vector<std::pair<std::string, std::string>> tokenize_cases = {
+        {"{not json", "(none)"},
+        {"[1]", "(none)"},
+        {"{}", "content"},
+        {R"({"content": 5})", "content"},
+        {R"({"content": null})", "content"},
+        {R"({"content": ["a", {"x": 1}]})", "content"},
+        {R"({"content": ["a", 1.5]})", "content"},
+        {R"({"content": [300]})", "content"},  // outside the vocabulary: found while tokenizing
+        {R"({"content": [-1]})", "content"},
+        {R"({"content": "a", "add_special": "yes"})", "add_special"},
+        {R"({"content": "a", "parse_special": 1})", "parse_special"},
+        {R"({"content": "a", "with_pieces": "true"})", "with_pieces"},
+        {R"({"content": "a", "prompt": "b"})", "prompt"},
+    };
+    for (const auto & [body, field] : tokenize_cases) {
+        EXPECT_EQ(bad_param([&] { tokenize_reply(tok, parse_tokenize_request(body)); }), field) << body;
+    }
+    const std::vector<std::pair<std::string, std::string>> detokenize_cases = {
+        {"nope", "(none)"},
+        {"{}", "tokens"},
+        {R"({"tokens": "abc"})", "tokens"},
+        {R"({"tokens": [1, "2"]})", "tokens"},
+        {R"({"tokens": [1, 2.0]})", "tokens"},
+        {R"({"tokens": [-1]})", "tokens"},
+        {R"({"tokens": [257]})", "tokens"},
+        {R"({"tokens": [18446744073709551615]})", "tokens"},
+        {R"({"tokens": [1], "content": "x"})", "content"},
+    };
+    for (const auto & [body, field] : detokenize_cases) {
+        EXPECT_EQ(bad_param([&] { parse_detokenize_request(body, tok.n_vocab()); }), field) << body;
+    }
+}
+
+TEST(LlamaArgs, MultiLetterNamesBecomeLongOnes) {
+    using v = std::vector<std::string>;
+    EXPECT_EQ(rewrite({"generate", "-ngl", "0", "-m", "x"}), (v{"generate", "--n-gpu-layers", "0", "-m", "x"}));
+    EXPECT_EQ(rewrite({"serve", "-np", "4", "-ctk", "q8_0", "-ctv", "bf16"}),
+              (v{"serve", "--parallel", "4", "--cache-type-k", "q8_0", "--cache-type-v", "bf16"}));
+    // -fa takes a value in today's llama.cpp; older ones had it as a flag (last, or before another option).
+    EXPECT_EQ(rewrite({"serve", "-fa", "off", "-m", "x"}), (v{"serve", "--flash-attn", "off", "-m", "x"}));
+    EXPECT_EQ(rewrite({"serve", "-fa", "-1"}), (v{"serve", "--flash-attn", "-1"}));
+    EXPECT_EQ(rewrite({"serve", "-fa", "-m", "x"}), (v{"serve", "--flash-attn=on", "-m", "x"}));
+    EXPECT_EQ(rewrite({"serve", "-m", "x", "-fa"}), (v{"serve", "-m", "x", "--flash-attn=on"}));
+    // Only whole arguments, and nothing after "--".
+    EXPECT_EQ(rewrite({"generate", "-p", "x-ngl", "-ngl5", "--ngl", "1"}), (v{"generate", "-p", "x-ngl", "-ngl5", "--ngl", "1"}));
+    EXPECT_EQ(rewrite({"index", "build", "--", "-ngl"}), (v{"index", "build", "--", "-ngl"}));
+    EXPECT_EQ(rewrite({}), v{});
+    // Every alias names a long option (the CLI test checks each exists on its commands).
+    for (const auto & a : llama_arg_aliases()) {
+        EXPECT_TRUE(std::string(a.llama).starts_with("-") && !std::string(a.llama).starts_with("--")) << a.llama;
+        EXPECT_TRUE(std::string(a.rest).starts_with("--")) << a.rest;
+        EXPECT_FALSE(a.commands.empty()) << a.llama;
+    }
+}
+
+// Inter-token gaps land in 20%-wide buckets from 1 ms, so a p99 can be read off them (bench/prefill-stall.py does).
+TEST(ServerMetrics, InterTokenLatencyBucketsAreFine) {
+    server_metrics m;
+    for (int i = 0; i < 99; ++i) m.on_token_gap(0.100);
+    m.on_token_gap(0.250);
+    const std::string t = m.prometheus(metrics_gauges{});
+    EXPECT_EQ(series_value(t, "rest:inter_token_latency_seconds_count"), 100);
+    EXPECT_NEAR(series_value(t, "rest:inter_token_latency_seconds_sum"), 10.15, 1e-9);
+    // The 0.1 s gaps sit in one bucket whose bounds are within 20%; the 0.25 s one lies above 0.2 s.
+    int below_01 = 0, first_all = -1;
+    for (double le = 1e-3; le < 60; le *= 1.2) {
+        char b[64];
+        std::snprintf(b, sizeof(b), "rest:inter_token_latency_seconds_bucket{le=\"%g\"}", le);
+        const double v = series_value(t, b);
+        ASSERT_GE(v, 0) << b;
+        if (le < 0.1 / 1.2) below_01 += (int) v;
+        if (first_all < 0 && v == 100) first_all = (int) std::lround(le * 1000);
+    }
+    EXPECT_EQ(below_01, 0);
+    EXPECT_GT(first_all, 250);
+    EXPECT_LT(first_all, 300);
 }

@@ -256,6 +256,35 @@ class client {
     std::string key_;
 };
 
+// A suite's one `rest serve` on stories260K (../shared/data), started once for the suite with Suite::server_args()
+// after `-m MODEL`; its tests skip visibly (Skipped in CTest) without the data.
+template <class Suite> class stories_server_test : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        if (shared_data().empty()) return;
+        const std::string path = shared_data() + "/models/stories260K.gguf";
+        model_                 = rest::model::load(path).release();
+        srv_                   = new server_process();
+        std::vector<std::string> args = {"-m", path};
+        for (const auto & a : Suite::server_args()) args.push_back(a);
+        start_error_ = srv_->start(args, tmp_dir() + "/" + Suite::log_name());
+    }
+    static void TearDownTestSuite() {
+        delete srv_;
+        delete model_;
+        srv_   = nullptr;
+        model_ = nullptr;
+    }
+    void SetUp() override {
+        if (!srv_) GTEST_SKIP() << "no shared data (stories260K)";
+        ASSERT_EQ(start_error_, "") << "server did not start: " << start_error_;
+    }
+
+    static inline rest::model *    model_ = nullptr;
+    static inline server_process * srv_   = nullptr;
+    static inline std::string      start_error_;
+};
+
 // Runs a shell command, returns its stdout (and stderr when merge_stderr; else it is discarded) and exit code.
 inline std::pair<std::string, int> run_command(const std::string & cmd, bool merge_stderr = false) {
     std::string out;

@@ -41,6 +41,7 @@ struct engine::slot {
     double                               t_queue_ms = 0;
     rest::generation_stats               seen;  // req.stats already reported to the metrics
     bool                                 prefill_seen = false;  // its prompt's processing was reported
+    double                               t_last_tokens_us = 0;  // when a step last gave it tokens (0: never)
 };
 
 engine::engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
@@ -143,8 +144,9 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
         return model_.is_eog(t) || sp->text.add(model_.vocab().piece(t));
     };
     batch_->start(s.index, s.req, in.prompt, in.cache_prompt);
-    s.seen         = s.req.stats;
-    s.prefill_seen = false;
+    s.seen             = s.req.stats;
+    s.prefill_seen     = false;
+    s.t_last_tokens_us = 0;
 }
 
 engine::slot * engine::pick_slot(const job_input & in) {
@@ -382,6 +384,11 @@ void engine::loop() {
             // Every request of a step is charged the step's whole verify time: count it once.
             st.t_verify_us = std::max(st.t_verify_us, now.t_verify_us - s->seen.t_verify_us);
             st.n_slots += now.n_steps > s->seen.n_steps ? 1 : 0;
+            if (now.n_tokens > s->seen.n_tokens) {
+                const double t = now_us();
+                if (s->t_last_tokens_us > 0) metrics_.on_token_gap((t - s->t_last_tokens_us) * 1e-6);
+                s->t_last_tokens_us = t;
+            }
             s->seen = now;
         }
         for (slot * s : active) {

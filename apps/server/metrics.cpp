@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
 
 namespace {
 
@@ -10,6 +11,22 @@ namespace {
 constexpr double k_prefill_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5,
                                         2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
 constexpr std::size_t k_n_prefill_buckets = sizeof(k_prefill_buckets) / sizeof(k_prefill_buckets[0]);
+
+// Inter-token latency buckets: 1 ms to about a minute in steps of 20%, fine enough to read a p99 off them (a stall
+// is a ratio to the usual gap, on models from 0.1 ms to 1 s per step).
+const std::vector<double> & itl_buckets() {
+    static const std::vector<double> b = [] {
+        std::vector<double> v;
+        for (double x = 1e-3; x < 60; x *= 1.2) v.push_back(x);
+        return v;
+    }();
+    return b;
+}
+
+void observe(std::vector<std::int64_t> & counts, std::span<const double> bounds, double x) {
+    counts.resize(bounds.size() + 1, 0);
+    ++counts[(std::size_t) (std::lower_bound(bounds.begin(), bounds.end(), x) - bounds.begin())];
+}
 
 void family(std::string & out, const char * name, const char * type, const char * help) {
     out += "# HELP ";
@@ -40,17 +57,17 @@ void metric(std::string & out, const char * name, const char * type, const char 
     sample(out, name, "", v);
 }
 
-// The prefill histogram's samples from per-bucket counts (the last entry: above every bound).
-void prefill_histogram(std::string & out, const std::string & name, const std::vector<std::int64_t> & counts,
-                       double sum) {
+// A histogram's samples from per-bucket counts (the last entry: above every bound).
+void histogram(std::string & out, const std::string & name, std::span<const double> bounds,
+               const std::vector<std::int64_t> & counts, double sum) {
     std::int64_t cumulative = 0;
-    for (std::size_t b = 0; b < k_n_prefill_buckets; ++b) {
+    for (std::size_t b = 0; b < bounds.size(); ++b) {
         cumulative += b < counts.size() ? counts[b] : 0;
         char le[32];
-        std::snprintf(le, sizeof(le), "%g", k_prefill_buckets[b]);
+        std::snprintf(le, sizeof(le), "%g", bounds[b]);
         sample(out, name + "_bucket", std::string("le=\"") + le + "\"", (double) cumulative);
     }
-    cumulative += counts.size() > k_n_prefill_buckets ? counts[k_n_prefill_buckets] : 0;
+    cumulative += counts.size() > bounds.size() ? counts[bounds.size()] : 0;
     sample(out, name + "_bucket", "le=\"+Inf\"", (double) cumulative);
     sample(out, name + "_sum", "", sum);
     sample(out, name + "_count", "", (double) cumulative);
@@ -83,6 +100,12 @@ void server_metrics::on_status(int status) {
     ++responses_[status];
 }
 
+void server_metrics::on_token_gap(double t_s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    observe(itl_hist_, itl_buckets(), t_s);
+    t_itl_s_ += t_s;
+}
+
 void server_metrics::on_prompt_passes(std::int64_t n_forward) {
     std::lock_guard<std::mutex> lock(mutex_);
     n_forward_ += n_forward;
@@ -94,10 +117,7 @@ void server_metrics::on_prefill(std::int64_t n_tokens, std::int64_t n_cached, st
     n_prompt_tokens_ += n_tokens;
     n_cached_tokens_ += n_cached;
     const double      t_s    = t_us * 1e-6;
-    const std::size_t bucket = (std::size_t) (std::lower_bound(k_prefill_buckets, k_prefill_buckets +
-                                                               k_n_prefill_buckets, t_s) - k_prefill_buckets);
-    prefill_hist_.resize(k_n_prefill_buckets + 1, 0);
-    ++prefill_hist_[bucket];
+    observe(prefill_hist_, k_prefill_buckets, t_s);
     n_forward_ += n_forward;
     t_prefill_us_ += t_us;
 }
@@ -154,7 +174,10 @@ void server_metrics::standard_families(std::string & out) const {
     metric(out, "rest:prompt_tokens_cached_total", "counter",
            "Prompt tokens reused from the prompt cache (not processed again).", (double) n_cached_tokens_);
     family(out, "rest:request_prefill_time_seconds", "histogram", "Time to process a request's prompt.");
-    prefill_histogram(out, "rest:request_prefill_time_seconds", prefill_hist_, t_prefill_us_ * 1e-6);
+    histogram(out, "rest:request_prefill_time_seconds", k_prefill_buckets, prefill_hist_, t_prefill_us_ * 1e-6);
+    family(out, "rest:inter_token_latency_seconds", "histogram",
+           "Per request, the time between two steps that gave it tokens (a step may give several).");
+    histogram(out, "rest:inter_token_latency_seconds", itl_buckets(), itl_hist_, t_itl_s_);
 }
 
 std::string server_metrics::prometheus(const metrics_gauges & g) const {

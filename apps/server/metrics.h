@@ -43,6 +43,8 @@ class server_metrics {
     void on_status(int status);
     // A request's prompt was processed: n_tokens prompt tokens, of which n_cached came from the prompt cache
     // (reused KV, not processed), in n_forward passes taking t_us.
+    // A request got tokens t_s seconds after the step that last gave it some (its first tokens: none).
+    void on_token_gap(double t_s);
     // Forward passes that carried only prompt rows (chunked prefill with nobody else generating).
     void on_prompt_passes(std::int64_t n_forward);
     void on_prefill(std::int64_t n_tokens, std::int64_t n_cached, std::int64_t n_forward, double t_us);
@@ -62,6 +64,8 @@ class server_metrics {
     std::map<std::string, std::int64_t> finished_;   // by reason
     std::int64_t n_prompt_tokens_ = 0;
     std::int64_t n_cached_tokens_ = 0;
+    std::vector<std::int64_t> itl_hist_;  // inter-token latency, per bucket (not cumulative)
+    double                    t_itl_s_ = 0;
     std::vector<std::int64_t> prefill_hist_;  // requests by prefill time, per k_prefill_buckets (not cumulative)
     std::int64_t n_completion_tokens_ = 0;
     std::int64_t n_forward_ = 0;       // llama_decode calls: prompt chunks + steps

@@ -30,7 +30,7 @@ std::shared_ptr<job> submit(server_state & st, const completion_spec & spec) {
     if (st.draining.load()) {
         throw api_error(503, "the server is shutting down", "server_error", "", "shutting_down");
     }
-    auto j = std::make_shared<job>(prepare_job(spec, st.model.vocab(), st.limits));
+    auto j = std::make_shared<job>(prepare_job(spec, st.model.vocab(), st.chat, st.limits));
     switch (st.eng.submit(j)) {
         case engine::submit_result::ok:
             return j;

@@ -21,6 +21,14 @@ struct server_params {
     double       prefill_gap  = 2.5;
     std::int32_t n_threads    = 0;      // compute threads (0: all hardware threads)
     std::int32_t n_gpu_layers = 0;
+    std::int32_t flash_attn   = -1;     // -1 auto, 0 off, 1 on (rest::context_params::flash_attn)
+    std::string  cache_type_k = "f16";  // KV cache types (llama.cpp's -ctk / -ctv)
+    std::string  cache_type_v = "f16";
+
+    // Chat rendering (rest/chat-template.h): both empty renders with the model's own template, or ChatML when it
+    // has none (with a warning at start-up).
+    std::string chat_template;          // one of llama.cpp's built-in names (chatml, llama3, ...)
+    std::string chat_template_file;     // a file of Jinja source
 
     bool         speculate   = true;    // false: every request decodes plainly
     std::int32_t n_draft_max = -1;      // cap on draft nodes per slot and step; the cost model picks below it (-1: 64)

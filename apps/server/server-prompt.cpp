@@ -2,18 +2,21 @@
 
 #include "api-error.h"
 
-job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok, const prompt_limits & lim) {
+std::string render_chat(const rest::chat_template & chat, std::span<const rest::chat_message> messages) {
+    try {
+        return chat.apply(messages);
+    } catch (const rest::user_error & e) {
+        throw bad_request(e.what(), "messages", "chat_template_error");
+    }
+}
+
+job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok, const rest::chat_template & chat,
+                      const prompt_limits & lim) {
     job_input in;
     if (spec.kind == api_kind::chat) {
-        std::string text;
-        try {
-            text = tok.apply_chat_template(spec.messages, true);
-        } catch (const rest::user_error & e) {
-            throw bad_request(std::string(e.what()) + "; use /v1/completions with this model", "messages",
-                              "chat_template_unavailable");
-        }
-        // Rendered chat text carries control tokens ("<|user|>"): parse them, as `rest generate` does.
-        in.prompt = tok.tokenize(text, true, true);
+        // Rendered chat text carries control tokens ("<|user|>") and no BOS: parse the former and add the latter,
+        // as llama-server does.
+        in.prompt = tok.tokenize(render_chat(chat, spec.messages), true, true);
     } else if (spec.has_prompt_tokens) {
         for (const rest::token_id t : spec.prompt_tokens) {
             if (t >= tok.n_vocab()) {

@@ -5,6 +5,7 @@
 #include "job.h"
 #include "oai-request.h"
 
+#include "rest/chat-template.h"
 #include "rest/tokenizer.h"
 
 #include <cstdint>
@@ -14,6 +15,11 @@ struct prompt_limits {
     std::int32_t n_predict_default = -1;  // max_tokens when the request has none (-1: to the context end)
 };
 
-// Throws api_error (400) for a model without a chat template, an empty or too long prompt, bad token ids and
-// max_tokens beyond the context.
-job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok, const prompt_limits & lim);
+// The prompt text of a chat request (what POST /apply-template returns). Throws api_error (400, param "messages")
+// when the template refuses the conversation.
+std::string render_chat(const rest::chat_template & chat, std::span<const rest::chat_message> messages);
+
+// Throws api_error (400) for a conversation the chat template refuses, an empty or too long prompt, bad token ids
+// and max_tokens beyond the context.
+job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok, const rest::chat_template & chat,
+                      const prompt_limits & lim);

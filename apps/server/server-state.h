@@ -7,6 +7,7 @@
 #include "server-params.h"
 #include "server-prompt.h"
 
+#include "rest/chat-template.h"
 #include "rest/datastore.h"
 #include "rest/history-store.h"
 #include "rest/llama-model.h"
@@ -18,6 +19,7 @@
 struct server_state {
     const server_params &   params;
     const rest::model &     model;
+    const rest::chat_template & chat;  // renders chat requests and POST /apply-template
     const rest::datastore * datastore;  // may be null
     rest::history_store &   history;
     engine &                eng;

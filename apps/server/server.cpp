@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -40,11 +42,42 @@ const char * status_code_name(int status) {
     }
 }
 
+// The template chat requests render with (server-params.h). A model without one falls back to ChatML, as
+// llama-server does, with a warning: its chats may not be what it was trained on.
+std::unique_ptr<rest::chat_template> open_chat_template(const server_params & p, const rest::model & m) {
+    if (!p.chat_template.empty() && !p.chat_template_file.empty()) {
+        throw rest::user_error("give --chat-template or --chat-template-file, not both");
+    }
+    rest::chat_template_params cp;
+    // llama-server's --chat-template takes a built-in name or Jinja source; template source has a tag.
+    const bool jinja = p.chat_template.find("{{") != std::string::npos || p.chat_template.find("{%") != std::string::npos;
+    (jinja ? cp.source : cp.name) = p.chat_template;
+    if (!p.chat_template_file.empty()) {
+        std::ifstream in(p.chat_template_file, std::ios::binary);
+        if (!in) {
+            throw rest::user_error("cannot read --chat-template-file '" + p.chat_template_file + "'");
+        }
+        cp.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (cp.source.empty()) {
+            throw rest::user_error("--chat-template-file '" + p.chat_template_file + "' is empty");
+        }
+    }
+    auto chat = m.new_chat_template(cp);
+    if (chat->is_fallback()) {
+        std::fprintf(stderr, "rest serve: warning: the model has no chat template; chat requests are rendered as "
+                             "ChatML (--chat-template NAME or --chat-template-file FILE to choose)\n");
+    } else if (p.verbose) {
+        std::fprintf(stderr, "rest serve: chat template: %s\n", chat->description().c_str());
+    }
+    return chat;
+}
+
 }  // namespace
 
 struct server::impl {
     server_params                        params;
     std::unique_ptr<rest::model>         model;
+    std::unique_ptr<rest::chat_template> chat;
     std::unique_ptr<rest::datastore>     datastore;
     std::unique_ptr<rest::history_store> history;
     std::unique_ptr<history_persist>     persist;  // null without --history-file; declared after history, which it saves
@@ -76,6 +109,7 @@ server::impl::impl(const server_params & p) : params(p) {
     rest::llama_log_quiet();
     model            = rest::model::load(p.model_path, p.n_gpu_layers);
     const auto & tok = model->vocab();
+    chat             = open_chat_template(p, *model);
     if (!p.index_path.empty()) {
         datastore = rest::datastore::open(p.index_path, tok.fingerprint(), tok.description());
     }
@@ -92,6 +126,9 @@ server::impl::impl(const server_params & p) : params(p) {
     cp.n_slots   = p.n_parallel;
     cp.n_batch   = p.n_batch;
     cp.n_threads = p.n_threads;
+    cp.flash_attn   = p.flash_attn;
+    cp.cache_type_k = p.cache_type_k;
+    cp.cache_type_v = p.cache_type_v;
     engine_params ep;
     server_budget budget = make_server_budget(p, *model, cp, ep.draft.n_budget_max);
     ctx                  = std::move(budget.ctx);
@@ -104,7 +141,7 @@ server::impl::impl(const server_params & p) : params(p) {
     eng = std::make_unique<engine>(*model, *ctx, datastore.get(), history.get(), policy.get(), ep, metrics);
 
     std::string id = p.alias.empty() ? std::filesystem::path(p.model_path).stem().string() : p.alias;
-    state = std::unique_ptr<server_state>(new server_state{p, *model, datastore.get(), *history, *eng, metrics, id,
+    state = std::unique_ptr<server_state>(new server_state{p, *model, *chat, datastore.get(), *history, *eng, metrics, id,
                                                            (std::int64_t) std::time(nullptr), {}});
     state->limits.n_ctx_slot        = ctx->n_ctx_slot();
     state->limits.n_predict_default = p.n_predict;
@@ -166,6 +203,7 @@ void server::impl::setup_http() {
 
     add_completion_routes(http, *state);
     add_info_routes(http, *state);
+    add_token_routes(http, *state);
 
     if (params.port == 0) {
         port = http.bind_to_any_port(params.host);

@@ -15,12 +15,17 @@ add_library(rest-server STATIC
     ${CMAKE_CURRENT_LIST_DIR}/oai-response.cpp
     ${CMAKE_CURRENT_LIST_DIR}/routes-completion.cpp
     ${CMAKE_CURRENT_LIST_DIR}/routes-info.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/routes-tokens.cpp
     ${CMAKE_CURRENT_LIST_DIR}/server-budget.cpp
     ${CMAKE_CURRENT_LIST_DIR}/server-prompt.cpp
     ${CMAKE_CURRENT_LIST_DIR}/server.cpp
     ${CMAKE_CURRENT_LIST_DIR}/text-stream.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/token-request.cpp
 )
 target_compile_features(rest-server PUBLIC cxx_std_20)
 target_compile_options(rest-server PRIVATE -Wall -Wextra)
 target_include_directories(rest-server PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(rest-server PUBLIC rest-llama rest-core PkgConfig::REST_HTTPLIB Threads::Threads)
+# Debian's httplib first on the link line: rest-llama brings llama.cpp's `common`, which links llama.cpp's own
+# vendored cpp-httplib (a static library of another version). Were that archive first, its httplib::Server would
+# be linked into code compiled against Debian's header (a different layout: heap corruption at start-up).
+target_link_libraries(rest-server PUBLIC PkgConfig::REST_HTTPLIB rest-llama rest-core Threads::Threads)

@@ -2,6 +2,7 @@
 // interfaces (tokenizer, target_model, token_sampler).
 #pragma once
 
+#include "rest/chat-template.h"
 #include "rest/index-builder.h"
 #include "rest/sampler.h"
 #include "rest/target-model.h"
@@ -69,13 +70,17 @@ class model {
     virtual std::unique_ptr<target_model> new_context(const context_params & params) const = 0;
     // llama.cpp's sampler chain (penalties, top-k, top-p, min-p, temperature, dist) or an argmax when greedy.
     virtual std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const = 0;
+    // The chat renderer for this model (rest/chat-template.h). The model must outlive it. Throws user_error for an
+    // unknown built-in name or a template llama.cpp cannot parse (the model's own included).
+    virtual std::unique_ptr<chat_template> new_chat_template(const chat_template_params & params) const = 0;
 };
 
 // Whether a --draft-layout ("auto", "tree" or "chain"; user_error otherwise) verifies trees. Auto starts with
 // chains; the front end switches to trees where the measured verify cost is flat (apps/cost-cache.h says why).
 bool layout_uses_trees(const std::string & layout);
 
-// Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (errors still print).
+// Silences llama.cpp's own logging unless REST_LLAMA_LOG=1 (libllama's errors still print; common's errors reach
+// the user as exceptions).
 void llama_log_quiet();
 
 }  // namespace rest

@@ -6,12 +6,14 @@
 // prompt cost and step time differ by model, machine, layout and load):
 //   - steps without prompt rows give the plain step time (the median of the last few); while a prompt keeps every
 //     step busy, one step in `probe_every` goes without, so that figure stays current;
-//   - a step with k prompt rows gives what the chunk added per row, (t - plain) / k (the median of the last few).
-//     Where the chunk needs a pass of its own (the chain layout) that includes the pass's fixed cost spread over its
-//     rows, so the next size k' = k * target / added moves to where fixed cost + rows fill the target;
-//   - the next chunk is (gap_ratio - 1) * plain / that cost per row, at most twice the last one (a slow start from
-//     `first_chunk`; one odd measurement moves it one doubling at most), at least one token, at most the batch.
-// Where even one token's pass costs more than the target (a pass of its own on a big model), chunks are one token.
+//   - a step with k prompt rows shows what the chunk added, t - plain = fixed + k * row: `fixed` is the cost of a
+//     pass of its own where the layout needs one (the chain layout: about a plain step), `row` what each prompt
+//     token costs. Both come from a least-squares line through the last few (k, added) points, once they hold two
+//     chunk sizes (a point above 3x the median is clipped); with one size only, the last fixed cost stands, the row
+//     cost follows, and the next step tries one token more, so that two sizes come into sight;
+//   - the next chunk is ((gap_ratio - 1) * plain - fixed) / row, at most twice the last one (a slow start from
+//     `first_chunk`), at least one token (where even one token costs more than the target, chunks are one token:
+//     the prompt still progresses), at most the batch.
 #pragma once
 
 #include <array>
@@ -38,7 +40,8 @@ class prefill_pacer {
     void observe(double t_us, std::int32_t n_prompt);
 
     double plain_us() const { return plain_.median(); }  // < 0: not measured yet
-    double row_us() const { return row_.median(); }
+    double row_us() const { return row_us_; }             // < 0: not measured yet
+    double fixed_us() const { return fixed_us_; }
 
   private:
     // The median of the last few values: one slow step (a page fault, another process) moves nothing.
@@ -48,10 +51,18 @@ class prefill_pacer {
         void   add(double x);
         double median() const;
     };
+    void fit();  // row_us_, fixed_us_ from points_
 
     std::int32_t         n_max_;
     prefill_pacer_params p_;
-    recent               plain_, row_;
+    recent               plain_;
+    struct point {
+        double n = 0, added = 0;
+    };
+    std::array<point, 8> points_{};  // the last steps with chunks: (prompt rows, time added)
+    std::int32_t         n_points_ = 0, at_ = 0;
+    double               row_us_ = -1, fixed_us_ = 0;
+    bool                 one_size_ = true;  // the points hold one chunk size only
     std::int32_t         last_        = 0;  // the last chunk offered
     std::int32_t         since_plain_ = 0;  // steps with chunks since the last without
 };

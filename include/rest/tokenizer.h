@@ -29,7 +29,9 @@ class tokenizer {
     // 64-bit hash of the tokenizer type and every token's text: indexes remember it so a wrong model is refused.
     virtual std::uint64_t fingerprint() const = 0;
     virtual std::string description() const = 0;  // e.g. "llama-spm, 32000 tokens"
-    // Renders a conversation with the model's own chat template. Throws user_error if the model has none.
+    // Renders a conversation with the model's own chat template through llama.cpp's built-in matcher
+    // (llama_chat_apply_template), for index building and `rest bench --chat`. Throws user_error if the model has
+    // none. The server renders through llama.cpp's Jinja code instead (rest/chat-template.h).
     virtual std::string apply_chat_template(std::span<const chat_message> messages, bool add_assistant) const = 0;
 };
 

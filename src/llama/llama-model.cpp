@@ -1,3 +1,4 @@
+#include "llama-chat-template.h"
 #include "llama-context.h"
 #include "llama-sampler.h"
 #include "llama-tokenizer.h"
@@ -51,6 +52,10 @@ class llama_loaded_model final : public model {
             return std::make_unique<greedy_sampler>();
         }
         return std::make_unique<llama_chain_sampler>(info_.n_vocab, params);
+    }
+
+    std::unique_ptr<chat_template> new_chat_template(const chat_template_params & params) const override {
+        return make_llama_chat_template(model_.get(), params);
     }
 
   private:

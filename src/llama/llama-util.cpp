@@ -1,5 +1,6 @@
 #include "llama-util.h"
 
+#include "log.h"  // llama.cpp's common/log.h
 #include "rest/llama-model.h"
 
 #include <cstdio>
@@ -34,6 +35,11 @@ void llama_log_quiet() {
     const char * env = std::getenv("REST_LLAMA_LOG");
     g_verbose = env && std::strcmp(env, "0") != 0;
     llama_log_set(log_callback, nullptr);
+    if (!g_verbose) {
+        // llama.cpp's common (the chat templates) logs its errors and warnings itself before it throws; the
+        // exception carries them to our one-line error, so only common's plain output stays.
+        common_log_set_verbosity_thold(LOG_LEVEL_OUTPUT);
+    }
 }
 
 void llama_ensure_backend() {
