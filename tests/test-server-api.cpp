@@ -32,6 +32,7 @@ rest::fixture_params model_params() {
 class ServerApi : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
+        start_error_ = "SetUpTestSuite failed before starting the server";  // (if what follows throws)
         model_path_ = fixture_model(model_params());
         model_      = rest::model::load(model_path_).release();
         srv_        = new server_process();

@@ -23,6 +23,7 @@ class ServerCache : public ::testing::Test {
         rest::fixture_params fp;
         fp.type      = "q8_0";
         fp.seed      = 41;
+        start_error_ = "SetUpTestSuite failed before starting the server";  // (if what follows throws)
         model_path_  = fixture_model(fp);
         srv_         = new server_process();
         start_error_ = srv_->start({"-m", model_path_, "-c", "2048", "--np", "4", "-t", "1", "--draft-fixed", "8",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <unistd.h>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -165,7 +166,9 @@ void write_fixture_model(const std::string & path, const fixture_params & p) {
     row.shrink_to_fit();
 
     const bool        quantize = p.type == "q8_0" || p.type == "q4_0";
-    const std::string tmp      = path + (quantize ? ".f16.tmp" : ".tmp");
+    // Per-process temporary names: tests running in parallel may write the same fixture at once (rename is atomic).
+    const std::string part     = path + "." + std::to_string((long) ::getpid());
+    const std::string tmp      = part + (quantize ? ".f16.tmp" : ".tmp");
     const bool        ok       = gguf_write_to_file(g, tmp.c_str(), false);
     gguf_free(g);
     ggml_free(meta);
@@ -177,7 +180,7 @@ void write_fixture_model(const std::string & path, const fixture_params & p) {
     if (quantize) {
         llama_model_quantize_params qp = llama_model_quantize_default_params();
         qp.ftype = p.type == "q8_0" ? LLAMA_FTYPE_MOSTLY_Q8_0 : LLAMA_FTYPE_MOSTLY_Q4_0;
-        const std::string qtmp = path + ".tmp";
+        const std::string qtmp = part + ".tmp";
         const uint32_t rc = llama_model_quantize(tmp.c_str(), qtmp.c_str(), &qp);
         std::remove(tmp.c_str());
         if (rc != 0) {

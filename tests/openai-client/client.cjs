@@ -2,15 +2,18 @@
 const assert = require('node:assert/strict');
 const mod = require(require.resolve('openai', { paths: [process.env.OPENAI_PREFIX] }));
 const OpenAI = mod.OpenAI || mod.default || mod;
-const { execFileSync } = require('node:child_process');
+const { execFile } = require('node:child_process');
+const { promisify } = require('node:util');
 const fs = require('node:fs');
 const path = require('node:path');
 
 // What `rest generate --json` reports for a completion with this prediction, with the server's settings.
-function generateCounters(prompt, maxTokens, prediction) {
+// Asynchronous: a blocking child (execFileSync) stalls the event loop, so the client's idle keep-alive socket
+// outlives the server's 5 s keep-alive and the next request fails with "other side closed" (a slow run, ASan).
+async function generateCounters(prompt, maxTokens, prediction) {
     const file = path.join(process.env.REST_TMP, 'openai-client-prediction.txt');
     fs.writeFileSync(file, prediction);
-    const out = execFileSync(process.env.REST_CLI, [
+    const { stdout: out } = await promisify(execFile)(process.env.REST_CLI, [
         'generate', '-m', process.env.REST_MODEL, '-p', prompt, '-n', String(maxTokens), '--temp', '0', '-t', '1',
         '--draft-fixed', '4', '--prediction-file', file, '--json', '--no-warm-start'], { encoding: 'utf8' });
     const j = JSON.parse(out.trim().split('\n').pop());
@@ -27,7 +30,7 @@ async function predictedOutputs(client, model) {
     assert.equal(c.choices[0].text, predicted, 'a prediction must not change the output');
     const d = c.usage.completion_tokens_details;
     assert.ok(d.accepted_prediction_tokens > 0, JSON.stringify(c.usage));
-    const g = generateCounters(prompt, 48, predicted);
+    const g = await generateCounters(prompt, 48, predicted);
     assert.equal(g.text, predicted);
     assert.equal(d.accepted_prediction_tokens, g.accepted, 'accepted_prediction_tokens differs from rest generate');
     assert.equal(d.rejected_prediction_tokens, g.rejected, 'rejected_prediction_tokens differs from rest generate');
