@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Does a long prompt stop the other streams? (issue 19: chunked prefill)
 
-A fresh `rest serve --np 2` streams request A (greedy). Run 1: A alone. Run 2: the same A, and once A has produced
---warmup chunks, request B arrives on the other slot with a prompt of --prompt-tokens tokens (max_tokens 1).
-Reports A's gaps between steps (median, p99, from the server's rest:inter_token_latency_seconds histogram, read
-before and after the window) during B's prefill against run 1, and B's time to its first token. Run 3: B alone, whose time to its first token is the stall A would see if B's prompt went
-in one piece. With chunking each of A's steps carries a chunk the pacer sizes to about one plain step.
+A fresh `rest serve --np 2` per run. Run 1: request A alone (greedy, --alone-tokens). Run 2: A again, and once it
+has streamed --warmup chunks, request B arrives on the other slot with a prompt of --prompt-tokens tokens
+(max_tokens 1). Run 3: B alone; its time to the first token is how long A would stall if B's prompt went in one
+piece. A's gaps between steps come from the server's rest:inter_token_latency_seconds histogram, read before and
+after the window (SSE arrival times also wait for text the stream holds back), as median and p99 in ms.
 
   build/bin/rest fixture -o tl-q4.gguf --shape tinyllama-1.1b --type q4_0
   bench/prefill-stall.py --rest-bin build/bin/rest --model tl-q4.gguf --prompt-tokens 1500
@@ -63,15 +63,20 @@ def window(h0, h1):
         (ub for (ub, c), (_, p) in zip(counts, [(0, 0)] + counts) if c > p), default=0)}
 
 
-def stream(port, body, on_chunk):
+def stream(port, body, on_chunk, conn=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+    if conn is not None:
+        conn.append(c)
     c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)).encode(),
               headers={"Content-Type": "application/json"})
     r = c.getresponse()
     assert r.status == 200, (r.status, r.read())
     buf = b""
     while True:
-        chunk = r.read1(65536)
+        try:
+            chunk = r.read1(65536)
+        except (OSError, http.client.HTTPException):  # closed by the caller
+            break
         if not chunk:
             break
         buf += chunk
@@ -82,56 +87,38 @@ def stream(port, body, on_chunk):
     c.close()
 
 
-class Done(Exception):
-    pass
-
-
-def run(a, with_b):
+def run(a, mode):
+    """mode: "alone" (A only), "beside" (A, then B's long prompt), "b-alone" (B only). Returns (gaps, B's TTFT)."""
     p, port = start_server(a)
     try:
         stream(port, {"prompt": "Warm up", "max_tokens": 4, "temperature": 0}, lambda t, e: None)
-        times, b_times, started = [], {}, threading.Event()
         long_prompt = " ".join(["the cat sat on the mat and"] * (a.prompt_tokens // 7 + 1))
-
-        hist = {}
-
-        def b():
-            started.wait()
-            hist["0"] = itl_histogram(port)
-            b_times["sent"] = time.monotonic()
-            body = {"prompt": long_prompt, "max_tokens": 1, "temperature": 0, "return_tokens": True}
-            stream(port, body, lambda t, e: b_times.setdefault("first", t) if e["choices"][0].get("text") else None)
-            b_times["done"] = time.monotonic()
-            hist["1"] = itl_histogram(port)
-
-        def on_a(t, e):
-            times.append(t)
-            if len(times) == a.warmup:
-                if with_b:
-                    started.set()
-                else:
-                    hist["0"], hist["t0"] = itl_histogram(port), t
-            if not with_b and "t0" in hist and t - hist["t0"] >= a.alone_seconds:
-                hist["1"] = itl_histogram(port)
-                raise Done()  # A has shown what it had to: closing the stream cancels it
-            if with_b and "done" in b_times:
-                raise Done()
-
-        tb = threading.Thread(target=b)
-        tb.start()
-        if with_b == "alone":  # B with nobody else generating: its prefill in whole batches
-            started.set()
-            tb.join()
-            return [], b_times.get("first", b_times["done"]) - b_times["sent"]
-        try:
-            stream(port, {"prompt": "Once upon a time", "max_tokens": a.max_tokens, "temperature": 0}, on_a)
-        except Done:
-            pass
-        started.set()
-        tb.join()
-        # Gaps between A's steps as the server measured them (SSE chunks also wait for text that is held back).
-        steps = window(hist["0"], hist["1"])
-        return steps, (b_times.get("first", b_times["done"]) - b_times["sent"]) if with_b else 0.0
+        b_body = {"prompt": long_prompt, "max_tokens": 1, "temperature": 0}
+        a_body = {"prompt": "Once upon a time", "temperature": 0}
+        if mode == "b-alone":
+            t0 = time.monotonic()
+            stream(port, b_body, lambda t, e: None)
+            return None, time.monotonic() - t0
+        if mode == "alone":  # all of A's gaps, from the server's histogram (not SSE arrivals: text may be held back)
+            h0 = itl_histogram(port)
+            stream(port, dict(a_body, max_tokens=a.alone_tokens), lambda t, e: None)
+            return window(h0, itl_histogram(port)), 0.0
+        # A streams in a thread; once it has produced --warmup chunks, B's prompt arrives; A's gaps are read from the
+        # histogram between B's arrival and B's first token; then A's connection is closed (the server cancels it).
+        events, conn = [], []
+        a_thread = threading.Thread(target=lambda: stream(port, dict(a_body, max_tokens=a.max_tokens),
+                                                          lambda t, e: events.append(t), conn), daemon=True)
+        a_thread.start()
+        while len(events) < a.warmup:
+            time.sleep(0.05)
+        h0 = itl_histogram(port)
+        t0 = time.monotonic()
+        stream(port, b_body, lambda t, e: None)
+        ttft = time.monotonic() - t0
+        h1 = itl_histogram(port)
+        conn[0].sock.shutdown(2)
+        a_thread.join(timeout=60)
+        return window(h0, h1), ttft
     finally:
         p.terminate()
         p.wait()
@@ -144,19 +131,19 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--max-tokens", type=int, default=2000, help="A's length: it must outlast B's prefill")
     ap.add_argument("--warmup", type=int, default=20, help="A's chunks before B arrives")
-    ap.add_argument("--alone-seconds", type=float, default=20, help="how long A is measured in the run without B")
+    ap.add_argument("--alone-tokens", type=int, default=300, help="A's length in the run without B")
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default="/tmp/prefill-stall.log")
     ap.add_argument("--server-arg", action="append", default=[], help="extra `rest serve` argument (repeatable)")
     a = ap.parse_args()
-    alone, _ = run(a, False)
-    beside, ttft = run(a, True)
-    _, ttft_alone = run(a, "alone")
-    s0, s1 = alone, beside
-    out = {"a_alone": s0, "a_during_b_prefill": s1, "p99_ratio": s1["p99_ms"] / s0["p99_ms"],
-           "b_time_to_first_token_s": ttft, "b_alone_time_to_first_token_s": ttft_alone,
-           "server_args": a.server_arg}
+    alone, _ = run(a, "alone")
+    beside, ttft = run(a, "beside")
+    _, ttft_alone = run(a, "b-alone")
+    out = {"a_alone": alone, "a_during_b_prefill": beside,
+           "p99_during_over_median_alone": beside["p99_ms"] / alone["median_ms"],
+           "p99_during_over_p99_alone": beside["p99_ms"] / alone["p99_ms"],
+           "b_time_to_first_token_s": ttft, "b_alone_time_to_first_token_s": ttft_alone, "server_args": a.server_arg}
     print(json.dumps(out, indent=1))
 
 
