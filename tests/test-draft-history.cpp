@@ -2,6 +2,7 @@
 // use, save/load round trips and one-line errors for bad files, also for every truncation and random damage.
 #include "rest/drafter.h"
 #include "rest/history-store.h"
+#include "draft/history-file.h"
 
 #include "ref/ref-draft.h"
 #include "test-util.h"
@@ -229,19 +230,8 @@ std::string load_error(const std::string & path) {
     return "";
 }
 
-// The on-disk header (history-store.cpp), for forging files with valid checksums.
-struct forged_header {
-    char          magic[8];
-    std::uint32_t version;
-    std::uint32_t header_bytes;
-    std::uint64_t fingerprint;
-    std::uint64_t n_documents;
-    std::uint64_t n_tokens;
-    std::uint64_t payload_bytes;
-    std::uint64_t payload_checksum;
-    std::uint64_t header_checksum;
-};
-static_assert(sizeof(forged_header) == 64);
+// Files with valid checksums are forged with the store's own header (draft/history-file.h).
+using forged_header = rest::history_file::header;
 
 std::vector<char> forge_file(const std::vector<char> & payload, std::uint64_t n_tokens) {
     forged_header hd{};

@@ -134,11 +134,21 @@ std::int32_t decoder::begin(request & r, std::span<const token_id> prompt, std::
     return kept;
 }
 
+namespace {
+
+// The next (at most) n tokens of r's prompt still to be processed.
+std::span<const token_id> next_prompt_chunk(const request & r, std::int32_t n) {
+    return std::span<const token_id>(r.to_prefill)
+        .subspan(r.n_prefilled)
+        .first(std::min<std::size_t>((std::size_t) std::max(n, 0), r.n_prompt_left()));
+}
+
+}  // namespace
+
 void decoder::prefill(request & r, std::int32_t n) {
     if (!r.prefilling()) return;
     const std::int64_t f0 = model_.n_forward();
-    model_.prefill(r.slot, std::span<const token_id>(r.to_prefill).subspan(r.n_prefilled).first(
-                               std::min<std::size_t>((std::size_t) std::max(n, 0), r.n_prompt_left())));
+    model_.prefill(r.slot, next_prompt_chunk(r, n));
     prefilled(r, model_.n_forward() - f0);
 }
 
@@ -405,14 +415,11 @@ void decoder::step(std::span<request * const> requests, request * prompt, std::i
     const bool live = collect_live(requests);
     mixed_          = false;
     if (prompt && n_prompt > 0 && prompt->prefilling()) {
-        const auto chunk = std::span<const token_id>(prompt->to_prefill)
-                               .subspan(prompt->n_prefilled)
-                               .first(std::min<std::size_t>((std::size_t) n_prompt, prompt->n_prompt_left()));
         if (!live) {
             prefill(*prompt, n_prompt);
             return;
         }
-        model_.queue_prefill(prompt->slot, chunk);  // consumed by this step's decode()
+        model_.queue_prefill(prompt->slot, next_prompt_chunk(*prompt, n_prompt));  // consumed by this step's decode()
         mixed_ = true;
     }
     if (!live) {

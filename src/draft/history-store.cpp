@@ -1,5 +1,7 @@
 #include "rest/history-store.h"
 
+#include "history-file.h"
+
 #include "index/suffix-sort.h"
 
 #include <xxhash.h>
@@ -19,23 +21,10 @@ namespace rest {
 
 namespace {
 
-constexpr char          k_magic[8] = {'R', 'E', 'S', 'T', 'H', 'I', 'S', 'T'};
-constexpr std::uint32_t k_version  = 1;
+using history_file::k_magic;
+using history_file::k_version;
+using file_header = history_file::header;
 constexpr std::uint32_t k_separator = 0xFFFFFFFFu;
-
-// On-disk layout (little-endian): this header, then per document a u32 length and that many u32 tokens.
-struct file_header {
-    char          magic[8];
-    std::uint32_t version;
-    std::uint32_t header_bytes;
-    std::uint64_t fingerprint;
-    std::uint64_t n_documents;
-    std::uint64_t n_tokens;
-    std::uint64_t payload_bytes;
-    std::uint64_t payload_checksum;  // XXH3-64 of the payload
-    std::uint64_t header_checksum;   // XXH3-64 of the bytes above
-};
-static_assert(sizeof(file_header) == 64);
 
 using segment_ptr = std::shared_ptr<const history_segment>;
 using document    = std::vector<token_id>;
