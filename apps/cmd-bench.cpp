@@ -386,7 +386,7 @@ void add_bench_command(CLI::App & root) {
                     "e.g. 1,4,8 (server-style continuous batching, one process)")->delimiter(',');
     cmd->add_option("--reps", a->reps, "--streams: repetitions per stream count")->capture_default_str();
     add_verify_options(cmd, a->sp);
-    cmd->add_option("--ngl,--gpu-layers,--n-gpu-layers", a->sp.n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    add_offload_options(cmd, a->sp.n_gpu_layers, a->sp.rpc_servers);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->callback([a, cmd] {
         std::string c = "rest bench";

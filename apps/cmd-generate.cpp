@@ -137,7 +137,7 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("-c,--ctx-size", a->sp.ctx.n_ctx, "Context size (0: model's, capped at 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", a->sp.ctx.n_threads, "CPU threads (0: all)")->capture_default_str();
     cmd->add_option("-b,--batch-size", a->sp.ctx.n_batch, "Most tokens per forward pass")->capture_default_str();
-    cmd->add_option("--ngl,--gpu-layers,--n-gpu-layers", a->sp.n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    add_offload_options(cmd, a->sp.n_gpu_layers, a->sp.rpc_servers);
     cmd->add_option("--temp", a->sampling.temp, "Temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();

@@ -77,7 +77,7 @@ void add_serve_command(CLI::App & root) {
         ->check(CLI::Range(0.0, 100.0))
         ->capture_default_str();
     cmd->add_option("-t,--threads", p->n_threads, "CPU threads (0: all)")->capture_default_str();
-    cmd->add_option("--ngl,--gpu-layers,--n-gpu-layers", p->n_gpu_layers, "Layers to offload to the GPU")->capture_default_str();
+    add_offload_options(cmd, p->n_gpu_layers, p->rpc_servers);
     cmd->add_option("--draft-max", p->n_draft_max,
                     "Cap on draft nodes per slot and step; the cost model picks each step's budget below it (-1: 64)")
         ->capture_default_str();

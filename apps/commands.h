@@ -17,5 +17,7 @@ void add_verify_options(CLI::App * cmd, session_params & sp);
 void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::string & cache_type_k,
                            std::string & cache_type_v);
 void add_layout_option(CLI::App * cmd, std::string & layout);
+// --n-gpu-layers and --rpc (llama.cpp's spellings: -ngl, --rpc HOST:PORT,...), for generate, bench and serve.
+void add_offload_options(CLI::App * cmd, std::int32_t & n_gpu_layers, std::string & rpc_servers);
 // --recalibrate: measure the verify cost again instead of using the cached table (generate, bench, serve).
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate);

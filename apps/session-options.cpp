@@ -18,6 +18,15 @@ void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
                   "Measure the verify cost again (e.g. after a change of machine load) and replace the cached table");
 }
 
+void add_offload_options(CLI::App * cmd, std::int32_t & n_gpu_layers, std::string & rpc_servers) {
+    cmd->add_option("--ngl,--gpu-layers,--n-gpu-layers", n_gpu_layers,
+                    "Layers to offload to the GPU or the --rpc servers (99: all)")
+        ->capture_default_str();
+    cmd->add_option("--rpc", rpc_servers,
+                    "llama.cpp rpc-server processes to spread the offloaded layers over: HOST:PORT[,HOST:PORT...] "
+                    "(docs/deployment.md)");
+}
+
 void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::string & cache_type_k,
                            std::string & cache_type_v) {
     // llama.cpp's spellings too (common/arg.cpp: is_truthy / is_falsey / is_autoy), so `-fa 1` means what it does there.

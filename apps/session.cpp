@@ -7,7 +7,7 @@
 
 session::session(const session_params & params) : params_(params) {
     rest::llama_log_quiet();
-    model_ = rest::model::load(params.model_path, params.n_gpu_layers);
+    model_ = rest::model::load(params.model_path, params.n_gpu_layers, params.rpc_servers);
     if (!params.index_path.empty()) {
         const auto & tok = model_->vocab();
         datastore_ = rest::datastore::open(params.index_path, tok.fingerprint(), tok.description());

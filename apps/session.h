@@ -20,6 +20,7 @@ struct session_params {
     std::string          index_path;          // "" : no datastore
     rest::context_params ctx;
     std::int32_t         n_gpu_layers = 0;
+    std::string          rpc_servers;          // llama.cpp's --rpc: "HOST:PORT,..." ("": none)
     rest::drafter_params draft;
     std::int32_t         n_draft_max = -1;     // cap on draft nodes per step; -1: the drafter's n_budget_max
     std::int32_t         n_draft_fixed = -1;   // >= 0: verify exactly this many nodes (no budget choice), for comparisons

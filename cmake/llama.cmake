@@ -104,5 +104,15 @@ set(LLAMA_SUBPROCESS OFF CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_IS_DEV OFF CACHE BOOL "" FORCE)
 set(LLAMA_ALL_WARNINGS OFF CACHE BOOL "" FORCE)
 set(GGML_NATIVE ON CACHE BOOL "")
+# llama.cpp's RPC backend: `--rpc HOST:PORT,...` spreads a model over `rpc-server` processes on other hosts
+# (docs/deployment.md). It costs one small library; the servers are llama.cpp's own tool, built into bin/.
+option(RESTCPP_RPC "Build llama.cpp's RPC backend and rpc-server" ON)
+set(GGML_RPC ${RESTCPP_RPC} CACHE BOOL "" FORCE)
 set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
 add_subdirectory("${RESTCPP_LLAMA_SOURCE}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL)
+# llama.cpp builds rpc-server only with its tools (LLAMA_BUILD_TOOLS, off here: we need none of the others).
+if (GGML_RPC AND TARGET ggml-rpc AND EXISTS "${RESTCPP_LLAMA_SOURCE}/tools/rpc/CMakeLists.txt")
+    add_subdirectory("${RESTCPP_LLAMA_SOURCE}/tools/rpc" "${CMAKE_BINARY_DIR}/llama.cpp/tools/rpc-server")
+    set_target_properties(ggml-rpc-server PROPERTIES OUTPUT_NAME rpc-server
+                          RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+endif()

@@ -11,3 +11,8 @@ add_test(NAME test-llama-dir-build COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/llama-dir
          ${PROJECT_SOURCE_DIR} ${RESTCPP_LLAMA_SOURCE} ${CMAKE_BINARY_DIR}/test-tmp)
 set_tests_properties(test-llama-dir-build PROPERTIES LABELS "build;slow" TIMEOUT 1800)
 rest_add_test(test-llama-sampling-real SOURCES test-llama-sampling-real.cpp LIBS rest-llama LABELS llama)
+# Layers on two llama.cpp rpc-server processes over loopback (--rpc): same output and M as the local run.
+if (TARGET ggml-rpc-server)
+    rest_add_test(test-cli-rpc SOURCES test-cli-rpc.cpp LIBS rest-llama LABELS cli)
+    add_dependencies(test-cli-rpc rest-cli ggml-rpc-server)
+endif()

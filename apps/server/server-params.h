@@ -21,6 +21,7 @@ struct server_params {
     double       prefill_gap  = 2.5;
     std::int32_t n_threads    = 0;      // compute threads (0: all hardware threads)
     std::int32_t n_gpu_layers = 0;
+    std::string  rpc_servers;           // llama.cpp's --rpc: "HOST:PORT,..." ("": none)
     std::int32_t flash_attn   = -1;     // -1 auto, 0 off, 1 on (rest::context_params::flash_attn)
     std::string  cache_type_k = "f16";  // KV cache types (llama.cpp's -ctk / -ctv)
     std::string  cache_type_v = "f16";

@@ -107,7 +107,7 @@ server::impl::impl(const server_params & p) : params(p) {
         persist = std::make_unique<history_persist>(p.history_path, p.history_save_interval_s);  // before the slow part
     }
     rest::llama_log_quiet();
-    model            = rest::model::load(p.model_path, p.n_gpu_layers);
+    model            = rest::model::load(p.model_path, p.n_gpu_layers, p.rpc_servers);
     const auto & tok = model->vocab();
     chat             = open_chat_template(p, *model);
     if (!p.index_path.empty()) {

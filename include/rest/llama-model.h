@@ -53,15 +53,18 @@ struct model_info {
     std::int32_t  n_ctx_train = 0;
     std::int32_t  n_vocab = 0;
     std::string   file_type;    // e.g. "Q8_0", "F32" (from general.file_type)
-    std::string   backend;      // e.g. "CPU", "CUDA0"
+    std::string   backend;      // where layers run: "CPU", or devices and -ngl, e.g. "CUDA0/ngl99", "RPC0[h:p]+RPC1[h:p]/ngl99"
 };
 
 class model {
   public:
     virtual ~model() = default;
 
-    // Throws user_error (one line) for a missing, truncated or non-GGUF file.
-    static std::unique_ptr<model> load(const std::string & path, std::int32_t n_gpu_layers = 0);
+    // Throws user_error (one line) for a missing, truncated or non-GGUF file. rpc_servers ("HOST:PORT,...", llama.cpp's
+    // --rpc) adds those rpc-server processes as devices first, so that n_gpu_layers spreads layers over them;
+    // user_error for a malformed list or a server that cannot be reached.
+    static std::unique_ptr<model> load(const std::string & path, std::int32_t n_gpu_layers = 0,
+                                       const std::string & rpc_servers = "");
 
     virtual const model_info & info() const = 0;
     virtual const tokenizer & vocab() const = 0;

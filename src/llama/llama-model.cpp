@@ -2,6 +2,7 @@
 #include "llama-context.h"
 #include "llama-sampler.h"
 #include "llama-tokenizer.h"
+#include "llama-rpc.h"
 #include "llama-util.h"
 #include "rest/llama-model.h"
 
@@ -11,8 +12,8 @@ namespace {
 
 class llama_loaded_model final : public model {
   public:
-    llama_loaded_model(const std::string & path, llama_model_ptr m, bool offloaded) :
-        model_(std::move(m)), tok_(model_.get()), offloaded_(offloaded) {
+    llama_loaded_model(const std::string & path, llama_model_ptr m, const std::string & backend) :
+        model_(std::move(m)), tok_(model_.get()), offloaded_(backend != "CPU") {
         const llama_model * mp = model_.get();
         info_.path = path;
         char buf[256] = {};
@@ -35,7 +36,7 @@ class llama_loaded_model final : public model {
             const auto sp   = info_.description.rfind(' ');
             info_.file_type = sp == std::string::npos ? "unknown" : info_.description.substr(sp + 1);
         }
-        info_.backend   = ggml_backend_dev_count() > 1 ? ggml_backend_dev_name(ggml_backend_dev_get(0)) : "CPU";
+        info_.backend   = backend;
     }
 
     const model_info & info() const override { return info_; }
@@ -75,8 +76,23 @@ class llama_loaded_model final : public model {
     llama_model_ptr model_;
     llama_tokenizer tok_;
     model_info      info_;
-    bool            offloaded_ = false;  // some layers run on a GPU
+    bool            offloaded_ = false;  // some layers run on a GPU or an RPC server
 };
+
+// Where the layers run, as the cost cache keys it: "CPU", or the devices that take offloaded layers and the layer
+// count, e.g. "CUDA0/ngl99" or "RPC0[10.0.0.2:50052]+RPC1[10.0.0.3:50052]/ngl99" (another server, another table).
+std::string offload_description(std::int32_t n_gpu_layers) {
+    std::string devices;
+    for (size_t i = 0; n_gpu_layers != 0 && i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev  = ggml_backend_dev_get(i);
+        const auto         type = ggml_backend_dev_type(dev);
+        if (type != GGML_BACKEND_DEVICE_TYPE_GPU && type != GGML_BACKEND_DEVICE_TYPE_IGPU) continue;
+        const std::string name = ggml_backend_dev_name(dev);
+        devices += (devices.empty() ? "" : "+") + name;
+        if (name.rfind("RPC", 0) == 0) devices += std::string("[") + ggml_backend_dev_description(dev) + "]";
+    }
+    return devices.empty() ? "CPU" : devices + "/ngl" + std::to_string(n_gpu_layers);
+}
 
 }  // namespace
 
@@ -87,9 +103,13 @@ bool layout_uses_trees(const std::string & layout) {
     return layout == "tree";
 }
 
-std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_layers) {
+std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_layers,
+                                   const std::string & rpc_servers) {
     llama_ensure_backend();
     llama_check_gguf_file(path);
+    if (!rpc_servers.empty()) {
+        llama_add_rpc_servers(parse_rpc_servers(rpc_servers));
+    }
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers       = n_gpu_layers;
     llama_model_ptr m(llama_model_load_from_file(path.c_str(), mp));
@@ -97,8 +117,7 @@ std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_
         const std::string why = llama_last_error();
         throw user_error("cannot load model '" + path + "'" + (why.empty() ? std::string() : ": " + why));
     }
-    const bool offloaded = n_gpu_layers != 0 && ggml_backend_dev_count() > 1;
-    return std::make_unique<llama_loaded_model>(path, std::move(m), offloaded);
+    return std::make_unique<llama_loaded_model>(path, std::move(m), offload_description(n_gpu_layers));
 }
 
 }  // namespace rest

@@ -5,5 +5,6 @@ set(REST_LLAMA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/llama-context.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-sampler.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-model.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/llama-rpc.cpp
     ${CMAKE_CURRENT_LIST_DIR}/fixture-model.cpp
 )

@@ -1,0 +1,127 @@
+#include "llama-rpc.h"
+
+#include "ggml-backend.h"
+#include "llama-util.h"
+#include "rest/types.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <mutex>
+#include <set>
+
+namespace rest {
+
+namespace {
+
+constexpr int k_connect_timeout_ms = 5000;
+
+void split_endpoint(const std::string & ep, std::string & host, std::string & port) {
+    const size_t colon = ep.rfind(':');
+    host = colon == std::string::npos ? "" : ep.substr(0, colon);
+    port = colon == std::string::npos ? "" : ep.substr(colon + 1);
+    bool digits = !port.empty() && port.size() <= 5;
+    for (char c : port) digits = digits && c >= '0' && c <= '9';
+    if (host.empty() || !digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+        throw user_error("--rpc: '" + ep + "' is not HOST:PORT");
+    }
+}
+
+// Whether a TCP connection to ep opens within the timeout; why says what failed.
+bool can_connect(const std::string & ep, std::string & why) {
+    std::string host, port;
+    split_endpoint(ep, host, port);
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+        why = gai_strerror(rc);
+        return false;
+    }
+    bool ok = false;
+    why     = "no address";
+    for (addrinfo * a = res; a && !ok; a = a->ai_next) {
+        const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        fcntl(fd, F_SETFL, O_NONBLOCK);
+        int err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+        if (err == EINPROGRESS) {
+            pollfd p{fd, POLLOUT, 0};
+            socklen_t len = sizeof(err);
+            err = poll(&p, 1, k_connect_timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0
+                      ? err
+                      : ETIMEDOUT;
+        }
+        ok  = err == 0;
+        why = ok ? "" : std::strerror(err);
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+// llama.cpp aborts on a lost RPC connection (GGML_ABORT in ggml-rpc.cpp); say so on one line and exit, rather
+// than dump a core with a backtrace, since nothing the process holds can be recovered without its layers.
+void on_ggml_abort(const char * message) {
+    std::string m = message ? message : "";
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+    for (char & c : m) c = c == '\n' ? ' ' : c;
+    std::fprintf(stderr, "rest: error: llama.cpp stopped: %s (an RPC server went away?)\n", m.c_str());
+    std::fflush(stderr);
+    _exit(1);
+}
+
+}  // namespace
+
+std::vector<std::string> parse_rpc_servers(const std::string & list) {
+    std::vector<std::string> out;
+    size_t                   start = 0;
+    while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        const std::string ep = list.substr(start, comma - start);
+        std::string host, port;
+        split_endpoint(ep, host, port);
+        out.push_back(ep);
+        start = comma + 1;
+    }
+    return out;
+}
+
+void llama_add_rpc_servers(const std::vector<std::string> & endpoints) {
+    if (endpoints.empty()) return;
+    llama_ensure_backend();
+    ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+    using add_server_fn    = ggml_backend_reg_t (*)(const char *);
+    auto add = rpc ? (add_server_fn) ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server") : nullptr;
+    if (!add) {
+        throw user_error("--rpc: this build's llama.cpp has no RPC backend (configure with -DGGML_RPC=ON)");
+    }
+    static std::mutex            mutex;
+    static std::set<std::string> added;
+    std::lock_guard<std::mutex>  lock(mutex);
+    for (const auto & ep : endpoints) {
+        if (added.count(ep)) continue;
+        std::string why;
+        if (!can_connect(ep, why)) {
+            throw user_error("--rpc: cannot connect to " + ep + ": " + why + " (is rpc-server running there?)");
+        }
+        ggml_set_abort_callback(on_ggml_abort);
+        // ggml-rpc writes to its sockets without MSG_NOSIGNAL: a server that went away would kill the process with
+        // SIGPIPE, silently. Ignored, the write fails and llama.cpp aborts through on_ggml_abort with its reason.
+        std::signal(SIGPIPE, SIG_IGN);
+        ggml_backend_reg_t reg = add(ep.c_str());
+        if (!reg) {
+            throw user_error("--rpc: " + ep + " reports no devices");
+        }
+        ggml_backend_register(reg);
+        added.insert(ep);
+    }
+}
+
+}  // namespace rest
