@@ -6,6 +6,8 @@
 #include "llama-util.h"
 #include "rest/llama-model.h"
 
+#include <cstdio>
+
 namespace rest {
 
 namespace {
@@ -109,6 +111,9 @@ std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_
     llama_check_gguf_file(path);
     if (!rpc_servers.empty()) {
         llama_add_rpc_servers(parse_rpc_servers(rpc_servers));
+        if (n_gpu_layers == 0) {
+            std::fprintf(stderr, "rest: warning: --rpc without -ngl puts no layers on the servers (-ngl 99: all)\n");
+        }
     }
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers       = n_gpu_layers;
