@@ -205,6 +205,7 @@ struct build_args {
     bool                     split_paragraphs = false;
     int                      n_threads        = 0;
     std::uint64_t            shard_tokens     = 0;
+    bool                     append           = false;  // output exists: add the inputs as new shards
 };
 
 void run_build(const build_args & a) {
@@ -228,6 +229,13 @@ void run_build(const build_args & a) {
     p.corpus.split_paragraphs = a.split_paragraphs;
     p.n_threads = a.n_threads > 0 ? a.n_threads : std::max(1u, std::thread::hardware_concurrency());
     p.index.n_shard_tokens_max = a.shard_tokens;
+    std::uint64_t base_docs = 0, base_tokens = 0;
+    if (a.append) {
+        const auto base = rest::datastore::open(a.output);  // one-line error for a missing or bad index
+        base_docs       = base->info().n_documents;
+        base_tokens     = base->info().n_tokens;
+        p.index.base    = a.output;
+    }
 
     const bool    tty = ::isatty(STDERR_FILENO) != 0;
     progress_line progress(tty);
@@ -259,8 +267,9 @@ void run_build(const build_args & a) {
         std::fprintf(stderr, "rest: warning: %zu more warnings not shown\n", n_warnings - 10);
     }
     const auto & i = s.info;
-    std::printf("indexed %llu documents, %llu tokens from %llu files (%llu skipped), %s bytes of text\n",
-                (unsigned long long) i.n_documents, (unsigned long long) i.n_tokens, (unsigned long long) s.n_files,
+    std::printf("%s %llu documents, %llu tokens from %llu files (%llu skipped), %s bytes of text\n",
+                a.append ? "appended" : "indexed", (unsigned long long) (i.n_documents - base_docs),
+                (unsigned long long) (i.n_tokens - base_tokens), (unsigned long long) s.n_files,
                 (unsigned long long) s.n_files_skipped, si(double(s.n_bytes)).c_str());
     std::printf("wrote %s: %s, u%d tokens, %zu shard(s), %llu bytes (%.2f bytes/token)\n", a.output.c_str(),
                 i.tokenizer_description.c_str(), 8 * i.token_width, i.n_shards, (unsigned long long) i.n_bytes,
@@ -274,6 +283,21 @@ void run_build(const build_args & a) {
                 "write %.1f s\n",
                 seconds_since(t0), cpu, s.t_tokenize_s, si(i.n_tokens / std::max(s.t_tokenize_s, 1e-3)).c_str(),
                 p.n_threads, s.t_sort_s, s.t_sort_cpu_s, s.t_write_s);
+}
+
+void run_compact(const std::string & path, std::uint64_t shard_tokens) {
+    const auto t0     = clock_type::now();
+    const auto before = rest::datastore::open(path)->info();
+    rest::index_builder_params p;
+    p.n_shard_tokens_max = shard_tokens;
+    std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(path).c_str());
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    const auto after = rest::compact_datastore(path, p);
+    g_temp_path[0]   = '\0';
+    std::printf("compacted %s: %zu shard(s) -> %zu, %llu tokens, %llu -> %llu bytes in %.1f s\n", path.c_str(),
+                before.n_shards, after.n_shards, (unsigned long long) after.n_tokens,
+                (unsigned long long) before.n_bytes, (unsigned long long) after.n_bytes, seconds_since(t0));
 }
 
 void run_verify(const std::string & path) {
@@ -404,6 +428,27 @@ void run_query(const query_args & a) {
     }
 }
 
+// The corpus options of build and append (the inputs last: they take every remaining argument).
+void add_corpus_options(CLI::App * cmd, build_args & b) {
+    cmd->add_option("--format", b.format,
+                    "text: each file is a document; jsonl: --field of each record; chat: ShareGPT/OpenAI records "
+                    "rendered with the model's chat template")
+        ->check(CLI::IsMember({"text", "jsonl", "chat"}))
+        ->capture_default_str();
+    cmd->add_option("--field", b.fields, "jsonl: dotted path to a string, a list of strings, or a list of "
+                                         "token ids taken as is (repeatable; default text)");
+    cmd->add_option("--include", b.include, "Glob on file names when walking directories, e.g. '*.py' (repeatable)");
+    cmd->add_flag("--split-paragraphs", b.split_paragraphs, "text: blank-line-separated paragraphs are documents");
+    cmd->add_option("-t,--threads", b.n_threads, "Tokenizer threads (0: all)")->capture_default_str();
+    cmd->add_option("--shard-tokens", b.shard_tokens,
+                    "Most tokens per shard (0: a suffix array's reach); build memory is ~10 bytes x this for u16")
+        ->capture_default_str();
+    cmd->add_option("inputs", b.inputs,
+                    "Files, directories (recursive) or - for stdin. Text files holding NUL bytes or invalid "
+                    "UTF-8 are skipped with a warning")
+        ->required();
+}
+
 }  // namespace
 
 void add_index_command(CLI::App & root) {
@@ -415,25 +460,28 @@ void add_index_command(CLI::App & root) {
     build->add_option("-m,--model", b->model, "GGUF model whose tokenizer to use (only the vocabulary is loaded)")
         ->required();
     build->add_option("-o,--output", b->output, "Index file to write (atomically)")->required();
-    build->add_option("--format", b->format,
-                      "text: each file is a document; jsonl: --field of each record; chat: ShareGPT/OpenAI records "
-                      "rendered with the model's chat template")
-        ->check(CLI::IsMember({"text", "jsonl", "chat"}))
-        ->capture_default_str();
-    build->add_option("--field", b->fields, "jsonl: dotted path to a string, a list of strings, or a list of "
-                                            "token ids taken as is (repeatable; default text)");
-    build->add_option("--include", b->include, "Glob on file names when walking directories, e.g. '*.py' "
-                                                "(repeatable)");
-    build->add_flag("--split-paragraphs", b->split_paragraphs, "text: blank-line-separated paragraphs are documents");
-    build->add_option("-t,--threads", b->n_threads, "Tokenizer threads (0: all)")->capture_default_str();
-    build->add_option("--shard-tokens", b->shard_tokens,
-                      "Most tokens per shard (0: a suffix array's reach); build memory is ~10 bytes x this for u16")
-        ->capture_default_str();
-    build->add_option("inputs", b->inputs,
-                      "Files, directories (recursive) or - for stdin. Text files holding NUL bytes or invalid "
-                      "UTF-8 are skipped with a warning")
-        ->required();
+    add_corpus_options(build, *b);
     build->callback([b] { run_build(*b); });
+
+    auto   ap     = std::make_shared<build_args>();
+    auto * append = idx->add_subcommand(
+        "append", "Add documents to an index as new shards: its shards are kept as they are, and the new file replaces "
+                  "it atomically (readers that have it open keep the old one)");
+    append->add_option("-m,--model", ap->model, "GGUF model whose tokenizer built the index")->required();
+    append->add_option("index", ap->output, "Index file to add to")->required();
+    add_corpus_options(append, *ap);
+    append->callback([ap] {
+        ap->append = true;
+        run_build(*ap);
+    });
+
+    auto   cpath   = std::make_shared<std::string>();
+    auto   ctokens = std::make_shared<std::uint64_t>(0);
+    auto * compact = idx->add_subcommand("compact", "Merge an index's shards (after appends) into as few as fit, atomically");
+    compact->add_option("index", *cpath, "Index file")->required();
+    compact->add_option("--shard-tokens", *ctokens, "Most tokens per shard (0: a suffix array's reach)")
+        ->capture_default_str();
+    compact->callback([cpath, ctokens] { run_compact(*cpath, *ctokens); });
 
     auto   vpath  = std::make_shared<std::string>();
     auto * verify = idx->add_subcommand("verify", "Check every section checksum of an index");

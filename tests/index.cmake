@@ -2,6 +2,7 @@
 rest_add_test(test-index-sort   SOURCES test-index-sort.cpp   LIBS rest-core LABELS index)
 rest_add_test(test-index-lookup SOURCES test-index-lookup.cpp LIBS rest-core LABELS index)
 rest_add_test(test-index-file   SOURCES test-index-file.cpp   LIBS rest-core LABELS index)
+rest_add_test(test-index-append SOURCES test-index-append.cpp LIBS rest-core LABELS index)
 rest_add_test(test-index-corpus SOURCES test-index-corpus.cpp LIBS rest-core LABELS index)
 
 # With real llama.cpp tokenizers (vocab-only GGUFs from the pinned llama.cpp's models/, stories260K from shared data).

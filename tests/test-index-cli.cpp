@@ -158,6 +158,39 @@ TEST_F(index_cli, flipped_byte_caught_by_verify) {
     expect_one_line_error(run("index verify " + shell_quote(bad)), {"flipped.idx", "shard 0 text", "checksum"});
 }
 
+// append adds documents as a new shard (same options as build), compact merges the shards; bad targets are one line.
+TEST_F(index_cli, append_then_compact) {
+    const std::string idx = build_good();
+    const std::string more = write("more.txt", "double scale(double x) { return 2.5 * x; }\n");
+    const run_result  a   = run("index append -m " + shell_quote(spm_) + " " + shell_quote(idx) + " " + shell_quote(more));
+    ASSERT_EQ(a.code, 0) << a.err;
+    EXPECT_NE(a.out.find("appended 1 documents"), std::string::npos) << a.out;
+    const run_result i = run("index inspect --json " + shell_quote(idx));
+    EXPECT_NE(i.out.find("\"documents\": 2"), std::string::npos) << i.out;
+    for (const char * when : {"appended", "compacted"}) {
+        for (const char * text : {"'int add(int a, int'", "'double scale(double x)'"}) {
+            const run_result q = run("index query -m " + shell_quote(spm_) + " " + shell_quote(idx) + " " + text);
+            ASSERT_EQ(q.code, 0) << q.err;
+            EXPECT_NE(q.out.find("1 occurrences"), std::string::npos) << when << " " << text << ": " << q.out;
+        }
+        if (std::string(when) == "appended") {
+            const run_result c = run("index compact " + shell_quote(idx));
+            ASSERT_EQ(c.code, 0) << c.err;
+            EXPECT_NE(c.out.find("2 shard(s) -> 1"), std::string::npos) << c.out;
+        }
+    }
+    EXPECT_EQ(run("index verify " + shell_quote(idx)).code, 0);
+    expect_one_line_error(run("index append -m " + shell_quote(spm_) + " " + shell_quote(dir_ + "/none.idx") + " " +
+                              shell_quote(more)),
+                          {"none.idx"});
+    expect_one_line_error(run("index compact " + shell_quote(more)), {"more.txt"});
+    const std::string qwen = std::string(REST_LLAMA_SOURCE) + "/models/ggml-vocab-qwen2.gguf";
+    if (fs::exists(qwen)) {
+        expect_one_line_error(run("index append -m " + shell_quote(qwen) + " " + shell_quote(idx) + " " + shell_quote(more)),
+                              {"good.idx", "151936 tokens"});
+    }
+}
+
 TEST_F(index_cli, wrong_tokenizer_names_both) {
     const std::string idx  = build_good();
     const std::string qwen = std::string(REST_LLAMA_SOURCE) + "/models/ggml-vocab-qwen2.gguf";

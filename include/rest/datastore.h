@@ -20,6 +20,7 @@ struct datastore_info {
     std::uint64_t tokenizer_fingerprint = 0;
     std::string   tokenizer_description;  // e.g. "llama-spm, 32000 tokens"
     int           token_width = 2;        // bytes per token: 2 or 4
+    std::int64_t  n_vocab = 0;            // tokens are < n_vocab
     std::uint64_t n_documents = 0;
     std::uint64_t n_tokens = 0;           // corpus tokens, separators excluded
     std::uint64_t n_bytes = 0;            // on disk, all shards

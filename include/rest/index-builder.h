@@ -40,6 +40,10 @@ struct index_builder_params {
     std::uint64_t     n_shard_tokens_max = 0;  // tokens per shard, separators included; 0 = one suffix array's reach
                                                // (about 2^30 for u16). Peak memory is ~10 bytes x this for u16.
     build_progress_fn on_progress;             // called on the thread that calls the builder
+    // Append: an existing datastore (possibly `path` itself) whose shards come first, checked (datastore::verify)
+    // and copied byte for byte; new documents go into new shards after them. Its tokenizer must be the builder's
+    // (user_error otherwise). "" builds a new datastore.
+    std::string       base;
 };
 
 // Streams tokenized documents into a datastore file. Tokens are kept in memory one shard at a time: when the next
@@ -68,6 +72,11 @@ class index_builder {
     struct impl;
     std::unique_ptr<impl> impl_;
 };
+
+// Merges a datastore's shards into as few as the shard cap allows (params.n_shard_tokens_max; 0: a suffix array's
+// reach), rewriting `path` atomically: fewer shards, fewer searches per lookup. Documents and their order are kept;
+// one that an earlier build split across shards stays split. Returns the new file's info.
+datastore_info compact_datastore(const std::string & path, const index_builder_params & params = {});
 
 // The temp file a build of `path` writes in this process (path + ".tmp." + pid), so a front end's signal handler
 // can remove it when the build is interrupted.

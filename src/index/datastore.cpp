@@ -121,6 +121,7 @@ class mmap_datastore final : public datastore {
         info_.tokenizer_fingerprint = hd_.tokenizer_fingerprint;
         info_.tokenizer_description = hd_.tokenizer_description;
         info_.token_width           = static_cast<int>(hd_.token_width);
+        info_.n_vocab               = hd_.n_vocab;
         info_.n_documents           = hd_.n_documents;
         info_.n_tokens              = hd_.n_tokens;
         info_.n_bytes               = size;

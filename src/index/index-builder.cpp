@@ -80,6 +80,44 @@ struct index_builder::impl {
         // Reserve the header page; it is written last.
         std::vector<char> zeros(fmt::k_header_bytes, 0);
         out.write(zeros.data(), zeros.size());
+        if (!params.base.empty()) {
+            copy_shards_of(params.base);
+        }
+    }
+
+    // Append: the base's shards, verified, then copied unchanged (their checksums still hold) at new offsets. The
+    // base stays as it was until finish() renames the new file over it; readers that have it open keep their inode.
+    void copy_shards_of(const std::string & base) {
+        const auto ds = datastore::open(base, tok.fingerprint, tok.description);
+        if (ds->info().n_vocab != tok.n_vocab || ds->info().token_width != token_width) {
+            throw user_error("index '" + base + "' has a " + std::to_string(ds->info().n_vocab) +
+                             "-token vocabulary, the tokenizer " + std::to_string(tok.n_vocab));
+        }
+        ds->verify();  // copy nothing corrupt: its checksums would vouch for it
+        const file_mapping map(base);
+        fmt::file_header   hd;
+        std::memcpy(&hd, map.data(), sizeof(hd));  // validated by datastore::open
+        std::vector<fmt::shard_entry> table(hd.n_shards);
+        std::memcpy(table.data(), map.data() + hd.table_offset, table.size() * sizeof(fmt::shard_entry));
+        const std::uint64_t bucket_bytes = fmt::n_buckets_for(tok.n_vocab) * 4;
+        for (fmt::shard_entry e : table) {
+            e.text_offset   = copy_section(map.data() + e.text_offset, e.n_text * token_width);
+            e.sa_offset     = copy_section(map.data() + e.sa_offset, e.n_sa * 4);
+            e.bucket_offset = copy_section(map.data() + e.bucket_offset, bucket_bytes);
+            shards.push_back(e);
+            progress(build_phase::write, shards.size(), table.size());
+        }
+        n_documents = hd.n_documents;
+        n_tokens    = hd.n_tokens;
+    }
+
+    std::uint64_t copy_section(const std::uint8_t * p, std::uint64_t bytes) {
+        out.pad_to(fmt::k_section_align);
+        const std::uint64_t at = out.size();
+        for (std::uint64_t off = 0; off < bytes; off += 64u << 20) {
+            out.write(p + off, static_cast<std::size_t>(std::min<std::uint64_t>(64u << 20, bytes - off)));
+        }
+        return at;
     }
 
     void progress(build_phase phase, std::uint64_t done, std::uint64_t total) const {
@@ -316,6 +354,28 @@ void write_datastore(const std::string & path, std::span<const std::vector<token
         b.add_document(d);
     }
     b.finish();
+}
+
+datastore_info compact_datastore(const std::string & path, const index_builder_params & params) {
+    const auto ds = datastore::open(path);
+    ds->verify();  // the documents are read back from it
+    const auto & in = ds->info();
+    index_builder_params p = params;
+    p.base.clear();
+    index_builder         b(path, {in.tokenizer_fingerprint, in.tokenizer_description, (std::int32_t) in.n_vocab}, p);
+    std::vector<token_id> doc;
+    for (const index_shard & s : ds->shards()) {
+        for (std::uint64_t pos = 0; pos <= s.n_tokens(); ++pos) {
+            const token_id t = s.token_at(pos);  // k_doc_end at a separator and past the end
+            if (t != k_doc_end) {
+                doc.push_back(t);
+            } else if (!doc.empty()) {
+                b.add_document(doc);
+                doc.clear();
+            }
+        }
+    }
+    return b.finish();
 }
 
 void write_datastore(const std::string & path, std::span<const std::vector<token_id>> documents,
