@@ -1,4 +1,4 @@
-// `rest index build|verify|inspect|query`: the datastore's front end.
+// `rest index build|append|compact|verify|inspect|query`: the datastore's front end.
 #include "commands.h"
 #include "rest/datastore.h"
 #include "rest/drafter.h"
