@@ -155,6 +155,10 @@ void server::impl::setup_http() {
     http.set_payload_max_length(params.body_max_bytes);
     http.set_read_timeout(30);
     http.set_write_timeout(30);
+    // Without TCP_NODELAY a reply written in pieces (headers, then body; SSE events) waits for the client's delayed
+    // ACK (40 ms on Linux) on a kept-alive connection: measured 48 ms for a 4-token completion that takes 3 ms.
+    // Set on the listening socket, accepted sockets inherit it.
+    http.set_tcp_nodelay(true);
 
     using handler_response = httplib::Server::HandlerResponse;
     http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) -> handler_response {
