@@ -15,6 +15,7 @@
 #include "rest/llama-model.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -88,6 +89,7 @@ struct server::impl {
     std::unique_ptr<engine>              eng;
     std::unique_ptr<server_state>        state;
     httplib::Server                      http;
+    int                                  listen_fd = -1;  // http's listening socket, for its backlog
     int                                  port = 0;
 
     std::mutex              mutex;
@@ -159,6 +161,12 @@ void server::impl::setup_http() {
     // ACK (40 ms on Linux) on a kept-alive connection: measured 48 ms for a 4-token completion that takes 3 ms.
     // Set on the listening socket, accepted sockets inherit it.
     http.set_tcp_nodelay(true);
+    // cpp-httplib listens with a backlog of 5: a burst of connections overflows it, and each dropped SYN costs its
+    // client a 1 s retransmit. Keep the listening socket to raise the backlog once it is bound (listen() again).
+    http.set_socket_options([this](socket_t sock) {
+        httplib::default_socket_options(sock);
+        listen_fd = sock;
+    });
 
     using handler_response = httplib::Server::HandlerResponse;
     http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) -> handler_response {
@@ -217,6 +225,9 @@ void server::impl::setup_http() {
     if (port <= 0) {
         throw rest::user_error("cannot listen on " + params.host + ":" + std::to_string(params.port) +
                                " (address in use, not local, or not permitted)");
+    }
+    if (listen_fd >= 0) {
+        ::listen(listen_fd, SOMAXCONN);  // failure keeps httplib's backlog: slower under bursts, still correct
     }
 }
 
