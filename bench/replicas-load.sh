@@ -72,6 +72,7 @@ for c in $configs; do
             python3 "$here/server-load.py" --url "$url" --api-key "$key" --requests "$requests" \
                 --concurrency "$conc" --seed "$r" >"$tmp/load.out" || true
             summary "$n x -t $t via $via, run $r" "$tmp/load.out"
+            grep "^UNEXPECTED" "$tmp/load.out" | head -3 | cut -c1-300 || true
         done
     done
     mapfile -t pids < <(sed -n 's/.*replica [0-9]*: pid \([0-9]*\),.*/\1/p' "$tmp/sr.out")
