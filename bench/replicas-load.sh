@@ -59,7 +59,7 @@ for c in $configs; do
     "$here/../scripts/serve-replicas.sh" "$n" --port "$port" --rest-bin "$rest" --state-dir "$tmp/state-$c" -- \
         "$@" -t "$t" --api-key "$key" >"$tmp/sr.out" 2>&1 &
     sr=$!
-    until grep -q "replicas behind" "$tmp/sr.out"; do
+    until grep -qs "replicas behind" "$tmp/sr.out"; do
         kill -0 $sr 2>/dev/null || { cat "$tmp/sr.out"; die "serve-replicas.sh exited"; }
         sleep 0.2
     done
