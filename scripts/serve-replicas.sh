@@ -173,7 +173,8 @@ done
 curl -sf -o /dev/null "http://$host:$port/health" || fail_start "nginx" "$state/nginx-error.log"
 echo "serve-replicas: $n replicas behind http://$host:$port (nginx pid $nginx_pid, config $state/nginx.conf)"
 
-# Until a signal: a replica that dies is reported (nginx routes around it); nginx dying ends everything.
+# Until a signal: a replica that dies is reported (nginx routes around it); nginx dying, or the last replica, ends
+# everything with exit 1 (for a supervisor to restart).
 declare -A reported=()
 while [ $stopping = 0 ]; do
     wait -n || true
@@ -188,4 +189,8 @@ while [ $stopping = 0 ]; do
             echo "serve-replicas: replica $((i + 1)) (pid ${pids[$i]}) exited; nginx routes around it (log $state/replica-$((i + 1)).log)" >&2
         fi
     done
+    if [ ${#reported[@]} = "$n" ]; then
+        echo "serve-replicas: every replica exited; stopping nginx" >&2
+        exit 1
+    fi
 done
