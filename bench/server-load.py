@@ -6,7 +6,8 @@ healthy with every slot free afterwards, and it exits 0 on SIGTERM (under ASan/L
 leak check).
 
   bench/server-load.py --rest-bin build/bin/rest [--requests 1000] [--concurrency 16] [--slots 8]
-  bench/server-load.py --url http://127.0.0.1:8080 --api-key KEY   # against a running server (no start/stop)
+  bench/server-load.py --url http://127.0.0.1:8080 --api-key KEY   # against a running server (no start/stop),
+                                                                    # or nginx before replicas (serve-replicas.sh)
 
 Bounded in count and time (--time-limit); loopback only. Standard library only.
 """
@@ -71,6 +72,14 @@ def body_for(kind, rng):
     return b
 
 
+def json_or_text(data):
+    """A reply body as JSON, or its start as bytes when it is not JSON (a proxy's HTML error page, e.g. nginx's 502)."""
+    try:
+        return json.loads(data or b"null")
+    except ValueError:
+        return data[:200]
+
+
 class Client:
     def __init__(self, host, port, key, timeout):
         self.host, self.port, self.key, self.timeout = host, port, key, timeout
@@ -102,7 +111,7 @@ class Client:
             c.request("POST", path, body=json.dumps(body).encode(), headers=self.headers())
             r = c.getresponse()
             if r.status != 200:
-                return r.status, [json.loads(r.read() or b"null")], False
+                return r.status, [json_or_text(r.read())], False
             events, done, buf = [], False, b""
             while True:
                 chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
@@ -174,7 +183,7 @@ def run_one(cl, kind, rng):
     if kind == "malformed":
         path, body, want = rng.choice(MALFORMED)
         st, ct, data = cl.request("POST", path, body)
-        err = json.loads(data) if data else None
+        err = json_or_text(data)
         if st != want or not isinstance(err, dict) or not err.get("error", {}).get("message"):
             raise Unexpected("malformed %s %r: HTTP %d %s" % (path, body[:60], st, data[:200]))
         return 0

@@ -5,9 +5,9 @@
 set -euo pipefail
 
 tools=("g++:build-essential" "make:build-essential" "cmake:cmake" "ninja:ninja-build" "git:git" "npm:npm"
-       "ccache:ccache" "pkg-config:pkg-config")
+       "ccache:ccache" "pkg-config:pkg-config" "curl:curl")
 libs=(libxxhash-dev libzstd-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-      libgtest-dev libbenchmark-dev ca-certificates "$@")
+      libgtest-dev libbenchmark-dev ca-certificates nginx "$@")  # nginx: scripts/serve-replicas.sh (in /usr/sbin)
 
 missing=()
 for t in "${tools[@]}"; do

@@ -23,6 +23,10 @@ if (REST_PYTHON3)
     add_test(NAME test-server-load COMMAND ${REST_PYTHON3} ${PROJECT_SOURCE_DIR}/bench/server-load.py
         --rest-bin ${CMAKE_BINARY_DIR}/bin/rest --requests 400 --concurrency 16 --time-limit 200)
     set_tests_properties(test-server-load PROPERTIES LABELS server TIMEOUT 300 ENVIRONMENT "${_rest_server_env}")
+    # scripts/serve-replicas.sh: two replicas behind nginx, one SIGKILLed mid-load (skipped without nginx).
+    add_test(NAME test-serve-replicas COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test-serve-replicas.sh)
+    set_tests_properties(test-serve-replicas PROPERTIES LABELS server TIMEOUT 300 SKIP_RETURN_CODE 77
+        ENVIRONMENT "${_rest_server_env}")
 endif()
 rest_add_test(test-server-cache SOURCES test-server-cache.cpp LIBS rest-server LABELS server TIMEOUT 300)
 add_dependencies(test-server-cache rest-cli)
