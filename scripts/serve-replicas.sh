@@ -140,10 +140,9 @@ EOF
         listen $host:$port;
         location / {
             proxy_pass http://rest_replicas;
-            # A new connection to the replica per request (nginx sends "Connection: close"): on a reused one,
-            # rest serve's replies stall about 40 ms each (cpp-httplib leaves Nagle on, the peer delays its ACK;
-            # measured: median 51 ms against 6 ms for a 4-token completion), and an idle kept-alive connection
-            # would hold one of the replica's HTTP threads. A loopback connect costs far less.
+            # A new connection to the replica per request (nginx sends "Connection: close"): an idle kept-alive
+            # connection would hold one of the replica's HTTP threads, and a loopback connect costs little. (Before
+            # rest serve set TCP_NODELAY, a reused connection also stalled each reply ~40 ms on delayed ACKs.)
             proxy_http_version 1.1;
             proxy_buffering off;         # SSE events reach the client as they are generated
             proxy_read_timeout 3600s;    # a long generation (or a long queue wait) is not an error
