@@ -11,8 +11,9 @@
 # Usage: bench/rpc.sh [OUT]   (default /tmp/rest-bench-rpc)
 # Environment: REST_BIN (dir holding rest and rpc-server, default build/bin), REST_SHARED_DATA, REST_BENCH_CACHE,
 #   REST_BENCH_THREADS (default 1), REST_RPC_PROMPTS (default 4), REST_RPC_N (tokens per prompt, default 64),
-#   REST_RPC_TYPES (fixture weight types, default "q4_0 q8_0": on x86 the local CPU backend repacks Q4_0 for faster
-#   kernels and an rpc-server does not; Q8_0 has no repacked x86 kernel, so its difference is the network's).
+#   REST_RPC_TYPES (default "q4_0 q8_0 tiny": the 1.1B shape in Q4_0 and Q8_0, and a 4-layer F32 fixture of next to
+#   no compute, whose RPC-minus-local cost is the transport's own per step. On x86 the local CPU backend repacks Q4_0
+#   for faster kernels and an rpc-server does not; Q8_0 has no repacked x86 kernel).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +23,7 @@ data=${REST_SHARED_DATA:-$root/../shared/data}
 cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
 threads=${REST_BENCH_THREADS:-1}
 np=${REST_RPC_PROMPTS:-4}
-types=${REST_RPC_TYPES:-q4_0 q8_0}
+types=${REST_RPC_TYPES:-q4_0 q8_0 tiny}
 ntok=${REST_RPC_N:-64}
 rest="$bindir/rest"
 
@@ -50,8 +51,13 @@ for port in 50252 50253; do
 done
 
 for type in $types; do
-    model="$cache/tinyllama-1.1b-$type.gguf"
-    [ -s "$model" ] || { say "writing fixture $model"; "$rest" fixture -o "$model" --shape tinyllama-1.1b --type "$type" >>"$log" 2>&1; }
+    if [ "$type" = tiny ]; then
+        model="$cache/tiny-f32-4-layers.gguf"  # next to no compute: RPC minus local is the per-step overhead
+        [ -s "$model" ] || "$rest" fixture -o "$model" --layers 4 >>"$log" 2>&1
+    else
+        model="$cache/tinyllama-1.1b-$type.gguf"
+        [ -s "$model" ] || { say "writing fixture $model"; "$rest" fixture -o "$model" --shape tinyllama-1.1b --type "$type" >>"$log" 2>&1; }
+    fi
     for side in local rpc; do
         extra=()
         [ "$side" = rpc ] && extra=(--rpc "$endpoints" -ngl 99)
@@ -78,12 +84,13 @@ done
 python3 - "$out" "$threads" $types <<'PY' | tee "$out/summary.md"
 import json, sys
 out, threads, types = sys.argv[1], sys.argv[2], sys.argv[3:]
-print(f"## RPC: TinyLlama-1.1B-shaped fixtures, 2 rpc-servers on loopback, -t {threads} (bench/rpc.sh)\n")
+print(f"## RPC: fixtures split over 2 rpc-servers on loopback, -t {threads} (bench/rpc.sh)\n")
 for t in types:
     j = {s: json.load(open(f"{out}/{t}-{s}/results.json")) for s in ("local", "rpc")}
     m = {s: {x["name"]: x for x in j[s]["methods"]} for s in j}
     mc = j["rpc"]["machine"]
-    print(f"### {t}\n\n{mc.get('cpu', '')}, {mc.get('n_cpu', '?')} CPUs; load {j['local']['machine']['load1_mean_during']:.1f}"
+    name = "4-layer F32 fixture (next to no compute)" if t == "tiny" else f"TinyLlama-1.1B-shaped {t.upper()} fixture"
+    print(f"### {name}\n\n{mc.get('cpu', '')}, {mc.get('n_cpu', '?')} CPUs; load {j['local']['machine']['load1_mean_during']:.1f}"
           f" during the local run, {mc['load1_mean_during']:.1f} during the RPC run\n")
     print("| side | method | tokens/s | vs plain (median, p25-p75) | M | output = plain |")
     print("|---|---|---|---|---|---|")
