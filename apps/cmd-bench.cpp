@@ -116,7 +116,7 @@ void run_bench(const bench_args & a) {
     const auto methods = a.streams.empty() ? bench::parse_methods(a.methods) : std::vector<bench::method_spec>{};
     for (const auto & m : methods) {
         // rest+pred methods draft from a datastore when there is one; the others that name one need it.
-        if (m.type == bench::method_spec::kind::rest && m.use_datastore && !m.has_prediction() && a.sp.index_path.empty()) {
+        if (m.type == bench::method_spec::kind::rest && m.use_datastore && !m.has_prediction() && a.sp.index_paths.empty()) {
             throw rest::user_error("method '" + m.name + "' needs a datastore (--index)");
         }
     }
@@ -295,7 +295,7 @@ void run_bench(const bench_args & a) {
                             {"n_params", info.n_params}, {"n_vocab", info.n_vocab}, {"backend", info.backend}};
     if (s.datastore()) {
         const auto & di = s.datastore()->info();
-        meta["index"] = {{"path", a.sp.index_path}, {"n_tokens", di.n_tokens}, {"n_documents", di.n_documents}};
+        meta["index"] = {{"path", a.sp.index_paths.size() == 1 ? nlohmann::json(a.sp.index_paths[0]) : nlohmann::json(a.sp.index_paths)}, {"n_tokens", di.n_tokens}, {"n_documents", di.n_documents}};
     }
     if (ngram_static) meta["ngram_static_cache_ngrams"] = ngram_static->size();
     meta["prompts"]      = {{"path", a.prompts}, {"field", a.field}, {"n_records", records.size()},
@@ -351,7 +351,7 @@ void add_bench_command(CLI::App & root) {
     auto * cmd = root.add_subcommand("bench", "Benchmark plain, rest.cpp and llama.cpp decoding side by side on a prompt set");
     auto   a   = std::make_shared<bench_args>();
     cmd->add_option("-m,--model", a->sp.model_path, "GGUF model")->required();
-    cmd->add_option("--index", a->sp.index_path, "Datastore (rest index build); also the corpus of ngram-cache's static cache");
+    add_index_option(cmd, a->sp.index_paths, "; also the corpus of ngram-cache's static cache");
     cmd->add_option("--prompts", a->prompts, "Prompt file: .jsonl (.gz), .json array, or text")->required();
     cmd->add_option("--field", a->field, "Dotted field holding the prompt (a list of strings: turns)")->capture_default_str();
     cmd->add_option("--n-prompts", a->n_prompts, "Use only the first N records (-1: all)")->capture_default_str();

@@ -145,7 +145,7 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
     cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty")->capture_default_str();
     cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
-    cmd->add_option("--index", a->sp.index_path, "Datastore built with `rest index build`");
+    add_index_option(cmd, a->sp.index_paths);
     cmd->add_option("--draft-max", a->sp.n_draft_max,
                     "Cap on draft nodes per step; the cost model picks each step's budget below it (-1: 64)")
         ->capture_default_str();

@@ -60,7 +60,7 @@ void add_serve_command(CLI::App & root) {
     auto * cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with REST speculation over N slots");
     auto   p   = std::make_shared<server_params>();
     cmd->add_option("-m,--model", p->model_path, "GGUF model")->required();
-    cmd->add_option("--index", p->index_path, "Datastore built with `rest index build` (grown with `rest index append`)");
+    add_index_option(cmd, p->index_paths);
     cmd->add_option("--alias", p->alias, "Model id reported by the API (default: the model file's stem)");
     cmd->add_option("--host", p->host, "Address to bind (loopback by default)")->capture_default_str();
     cmd->add_option("--port", p->port, "Port (0: any free port, printed on stdout)")->capture_default_str();

@@ -17,6 +17,8 @@ void add_verify_options(CLI::App * cmd, session_params & sp);
 void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::string & cache_type_k,
                            std::string & cache_type_v);
 void add_layout_option(CLI::App * cmd, std::string & layout);
+// --index, repeatable: datastores drafted from as one (generate, bench, serve). note ends the help text.
+void add_index_option(CLI::App * cmd, std::vector<std::string> & paths, const std::string & note = "");
 // --n-gpu-layers and --rpc (llama.cpp's spellings: -ngl, --rpc HOST:PORT,...), for generate, bench and serve.
 void add_offload_options(CLI::App * cmd, std::int32_t & n_gpu_layers, std::string & rpc_servers);
 // --recalibrate: measure the verify cost again instead of using the cached table (generate, bench, serve).

@@ -153,8 +153,11 @@ namespace {
 
 constexpr int k_state_version = 4;  // 4: prediction source and classes
 
-std::string state_key(const std::string & key, const std::string & index_path) {
-    return key + "|index " + file_identity(index_path);
+// One datastore keys as it did before several could be given; none as the empty path.
+std::string state_key(const std::string & key, const std::vector<std::string> & index_paths) {
+    std::string ids = index_paths.empty() ? file_identity("") : "";
+    for (size_t i = 0; i < index_paths.size(); ++i) ids += (i ? "+" : "") + file_identity(index_paths[i]);
+    return key + "|index " + ids;
 }
 
 fs::path state_path(const std::string & full_key) { return cache_dir() / "budget" / file_name(full_key, ".json"); }
@@ -215,8 +218,8 @@ std::optional<rest::budget_state> budget_state_from_json(const std::string & tex
     }
 }
 
-std::optional<rest::budget_state> load_budget_state(const std::string & key, const std::string & index_path) {
-    const std::string full = state_key(key, index_path);
+std::optional<rest::budget_state> load_budget_state(const std::string & key, const std::vector<std::string> & index_paths) {
+    const std::string full = state_key(key, index_paths);
     const fs::path    path = state_path(full);
     std::ifstream     in(path);
     if (!in) return std::nullopt;
@@ -228,8 +231,9 @@ std::optional<rest::budget_state> load_budget_state(const std::string & key, con
     return s;
 }
 
-void save_budget_state(const std::string & key, const std::string & index_path, const rest::budget_state & state) {
-    const std::string full = state_key(key, index_path);
+void save_budget_state(const std::string & key, const std::vector<std::string> & index_paths,
+                       const rest::budget_state & state) {
+    const std::string full = state_key(key, index_paths);
     const fs::path    path = state_path(full);
     if (!write_atomically(path, budget_state_to_json(state, full))) {
         std::fprintf(stderr, "rest: warning: cannot write the budget cache %s\n", path.string().c_str());

@@ -39,11 +39,12 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
 // attention and slots.
 std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx, const rest::context_params & cp);
 
-// The learned state cached for (key, the datastore at index_path, "" for none), or nothing: none cached yet, or a file
+// The learned state cached for (key, the datastores at index_paths, none for none), or nothing: none cached yet, or a file
 // that is corrupt, of another version or for another key, which is ignored with a one-line warning.
-std::optional<rest::budget_state> load_budget_state(const std::string & key, const std::string & index_path);
+std::optional<rest::budget_state> load_budget_state(const std::string & key, const std::vector<std::string> & index_paths);
 // Writes it (atomically: a temporary file renamed over the old one). Failures are a warning, never an error.
-void save_budget_state(const std::string & key, const std::string & index_path, const rest::budget_state & state);
+void save_budget_state(const std::string & key, const std::vector<std::string> & index_paths,
+                       const rest::budget_state & state);
 // The JSON form, for tests: parse returns nothing for anything malformed, and says why in `why`.
 std::string                       budget_state_to_json(const rest::budget_state & s, const std::string & key);
 std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key, std::string & why);

@@ -18,6 +18,13 @@ void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
                   "Measure the verify cost again (e.g. after a change of machine load) and replace the cached table");
 }
 
+void add_index_option(CLI::App * cmd, std::vector<std::string> & paths, const std::string & note) {
+    cmd->add_option("--index", paths,
+                    "Datastore built with `rest index build` (grown with `rest index append`); repeat it to draft "
+                    "from several as one" + note)
+        ->allow_extra_args(false);  // one path per --index, so that a path never swallows what follows
+}
+
 void add_offload_options(CLI::App * cmd, std::int32_t & n_gpu_layers, std::string & rpc_servers) {
     cmd->add_option("--ngl,--gpu-layers,--n-gpu-layers", n_gpu_layers,
                     "Layers to offload to the GPU or the --rpc servers (99: all)")

@@ -8,9 +8,9 @@
 session::session(const session_params & params) : params_(params) {
     rest::llama_log_quiet();
     model_ = rest::model::load(params.model_path, params.n_gpu_layers, params.rpc_servers);
-    if (!params.index_path.empty()) {
+    if (!params.index_paths.empty()) {
         const auto & tok = model_->vocab();
-        datastore_ = rest::datastore::open(params.index_path, tok.fingerprint(), tok.description());
+        datastore_ = rest::datastore::open(params.index_paths, tok.fingerprint(), tok.description());
     }
     history_ = std::make_unique<rest::history_store>(rest::history_store_params{});
     open_context(params);
@@ -21,7 +21,7 @@ session::session(const session_params & params) : params_(params) {
     spec.costs     = costs_;
     // The automatic budget starts where the last run with this model, datastore and setting ended.
     if (params.speculate && params.n_draft_fixed < 0 && params.warm_start) {
-        warm_ = load_budget_state(cost_key_, params.index_path);
+        warm_ = load_budget_state(cost_key_, params.index_paths);
         spec.warm = warm_ ? &*warm_ : nullptr;
     }
     n_draft_cap_ = rest::budget_cap(spec);
@@ -50,7 +50,7 @@ void session::open_context(const session_params & params) {
 
 void session::save_learned() const {
     if (params_.speculate && params_.n_draft_fixed < 0 && params_.warm_start && ran_) {
-        save_budget_state(cost_key_, params_.index_path, policy_->export_state());
+        save_budget_state(cost_key_, params_.index_paths, policy_->export_state());
     }
 }
 

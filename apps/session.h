@@ -17,7 +17,7 @@
 
 struct session_params {
     std::string          model_path;
-    std::string          index_path;          // "" : no datastore
+    std::vector<std::string> index_paths;     // none: no datastore; several: used as one
     rest::context_params ctx;
     std::int32_t         n_gpu_layers = 0;
     std::string          rpc_servers;          // llama.cpp's --rpc: "HOST:PORT,..." ("": none)

@@ -126,6 +126,25 @@ TEST(index_append, answers_as_a_full_build_and_a_naive_scan) {
     }
 }
 
+// `--index A --index B`: two files opened as one answer as one index of A and B, and a file of another tokenizer
+// among them is refused.
+TEST(index_append, several_files_open_as_one) {
+    const docs_t a = some_docs(60, 11, 12), b = some_docs(50, 12, 12);
+    docs_t       ab = a;
+    ab.insert(ab.end(), b.begin(), b.end());
+    const std::string pa = tmp_path("multi-a.idx"), pb = tmp_path("multi-b.idx"), other = tmp_path("multi-other.idx");
+    build(pa, a, 200);
+    build(pb, b, 0);
+    const auto ds = rest::datastore::open(std::vector<std::string>{pa, pb}, 0xABCDEF);
+    EXPECT_EQ(ds->info().n_documents, ab.size());
+    EXPECT_EQ(ds->info().n_shards, rest::datastore::open(pa)->info().n_shards + 1);
+    ds->verify();
+    expect_lookups_match(*ds, ab, 10);
+    build(other, b, 0, "", synthetic(12, 0x77));
+    EXPECT_THROW(rest::datastore::open(std::vector<std::string>{pa, other}), rest::user_error);
+    EXPECT_THROW(rest::datastore::open(std::vector<std::string>{pa, other}, 0xABCDEF), rest::user_error);
+}
+
 // A builder destroyed before finish() (an interrupted append) leaves the old index byte for byte, and no temp file.
 TEST(index_append, interrupted_append_keeps_the_old_index) {
     const std::string path = tmp_path("interrupted.idx");

@@ -26,7 +26,7 @@ json corpus_stats(const server_state & st) {
     json ds = nullptr;
     if (st.datastore) {
         const auto & i = st.datastore->info();
-        ds             = {{"path", st.params.index_path},
+        ds             = {{"path", st.params.index_paths.size() == 1 ? json(st.params.index_paths[0]) : json(st.params.index_paths)},
                           {"n_documents", i.n_documents},
                           {"n_tokens", i.n_tokens},
                           {"n_shards", i.n_shards},

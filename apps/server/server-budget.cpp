@@ -22,7 +22,7 @@ server_budget make_server_budget(const server_params & p, const rest::model & m,
         spec.costs = std::move(mc.costs);
         if (p.n_draft_fixed < 0) {
             b.key     = std::move(mc.key);
-            warm      = load_budget_state(b.key, p.index_path);
+            warm      = load_budget_state(b.key, p.index_paths);
             spec.warm = warm ? &*warm : nullptr;
         }
     }

@@ -112,8 +112,8 @@ server::impl::impl(const server_params & p) : params(p) {
     model            = rest::model::load(p.model_path, p.n_gpu_layers, p.rpc_servers);
     const auto & tok = model->vocab();
     chat             = open_chat_template(p, *model);
-    if (!p.index_path.empty()) {
-        datastore = rest::datastore::open(p.index_path, tok.fingerprint(), tok.description());
+    if (!p.index_paths.empty()) {
+        datastore = rest::datastore::open(p.index_paths, tok.fingerprint(), tok.description());
     }
     rest::history_store_params hp;
     hp.n_tokens_max = p.history_tokens_max;
@@ -298,7 +298,7 @@ void server::run() {
     listener.join();
 
     if (!d.budget_key.empty()) {
-        save_budget_state(d.budget_key, d.params.index_path, d.policy->export_state());  // the next start is warm
+        save_budget_state(d.budget_key, d.params.index_paths, d.policy->export_state());  // the next start is warm
     }
     if (d.persist && d.persist->stop_and_save()) {
         std::fprintf(stderr, "rest serve: saved the online store (%llu documents, %llu tokens) to %s\n",

@@ -36,6 +36,10 @@ class datastore {
     // the index's, throws user_error naming both tokenizers.
     static std::unique_ptr<datastore> open(const std::string & path, std::uint64_t expected_fingerprint = 0,
                                            const std::string & expected_description = "");
+    // Several datastores as one (`--index A --index B`): their shards in the order given, counts summed. They must
+    // share a tokenizer (user_error naming the odd one out). One path is open(path).
+    static std::unique_ptr<datastore> open(const std::vector<std::string> & paths, std::uint64_t expected_fingerprint = 0,
+                                           const std::string & expected_description = "");
 
     virtual const datastore_info & info() const = 0;
     virtual std::span<const index_shard> shards() const = 0;

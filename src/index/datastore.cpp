@@ -199,11 +199,59 @@ class mmap_datastore final : public datastore {
     datastore_info                info_;
 };
 
+// Several files as one: lookups already span shards, so the union is the concatenation of the shard lists.
+class multi_datastore final : public datastore {
+  public:
+    explicit multi_datastore(std::vector<std::unique_ptr<datastore>> parts, const std::vector<std::string> & paths) :
+        parts_(std::move(parts)) {
+        info_ = parts_[0]->info();
+        info_.n_documents = info_.n_tokens = info_.n_bytes = info_.n_shards = 0;
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            const auto & pi = parts_[i]->info();
+            if (pi.tokenizer_fingerprint != info_.tokenizer_fingerprint) {
+                throw user_error("index '" + paths[i] + "' was built with tokenizer '" + pi.tokenizer_description +
+                                 "', index '" + paths[0] + "' with '" + info_.tokenizer_description +
+                                 "': indexes used together must share one");
+            }
+            info_.n_documents += pi.n_documents;
+            info_.n_tokens += pi.n_tokens;
+            info_.n_bytes += pi.n_bytes;
+            info_.n_shards += pi.n_shards;
+            const auto s = parts_[i]->shards();
+            shards_.insert(shards_.end(), s.begin(), s.end());  // views sharing the parts' mappings and samples
+        }
+    }
+
+    const datastore_info &       info() const override { return info_; }
+    std::span<const index_shard> shards() const override { return shards_; }
+    void                         verify() const override {
+        for (const auto & p : parts_) p->verify();
+    }
+
+  private:
+    std::vector<std::unique_ptr<datastore>> parts_;
+    std::vector<index_shard>                shards_;
+    datastore_info                          info_;
+};
+
 }  // namespace
 
 std::unique_ptr<datastore> datastore::open(const std::string & path, std::uint64_t expected_fingerprint,
                                            const std::string & expected_description) {
     return std::make_unique<mmap_datastore>(path, expected_fingerprint, expected_description);
+}
+
+std::unique_ptr<datastore> datastore::open(const std::vector<std::string> & paths, std::uint64_t expected_fingerprint,
+                                           const std::string & expected_description) {
+    if (paths.size() == 1) {
+        return open(paths[0], expected_fingerprint, expected_description);
+    }
+    if (paths.empty()) {
+        throw user_error("no index given");
+    }
+    std::vector<std::unique_ptr<datastore>> parts;
+    for (const auto & p : paths) parts.push_back(open(p, expected_fingerprint, expected_description));
+    return std::make_unique<multi_datastore>(std::move(parts), paths);
 }
 
 }  // namespace rest
