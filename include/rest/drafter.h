@@ -52,6 +52,14 @@ struct drafter_params {
     std::uint64_t cache_min         = 256;      // selections under matches with more occurrences are cached
     std::uint64_t n_probe_max       = 1 << 14;  // suffix-array probes per source and step for children discovery
     std::size_t   n_context_occ_max = 64;       // most recent context occurrences kept for the context trie
+
+    // Chains (draft_chain()): grown token by token, each step re-querying every source with the context plus the
+    // chain so far (false: the best path of a tree, the way before). A suffix-array source's estimate backs off
+    // over suffix lengths while its matches occur fewer than backoff_confident times, over at most backoff_levels
+    // lengths (src/draft/sa-backoff.h).
+    bool          chain_grow         = true;
+    std::uint64_t backoff_confident  = 8;
+    int           backoff_levels     = 4;
 };
 
 struct draft_stats {
@@ -93,6 +101,16 @@ class drafter final : public draft_provider {
     // Builds the best-first tree of at most n_budget nodes (<= params.n_budget_max) continuing the context.
     draft_tree draft(int n_budget) override { return draft(n_budget, nullptr); }
     draft_tree draft(int n_budget, draft_stats * stats);
+    // A chain grown greedily (params.chain_grow): the next token is the one with the largest estimate given the
+    // context and the chain so far, re-matched in every source after each token. The estimate: the datastore's and
+    // the history's (sa-backoff.h, times the source's weight), the larger of the two, is the prior of the context's
+    // counts: w_context * (count(t) + alpha_context * prior(t)) / (occurrences + alpha_context), or the prior alone
+    // where the context has no match (the request's own text is the most specific evidence, and where it has few
+    // occurrences the datastore decides). Candidates: each source's most frequent continuation (every back-off
+    // level's). A node's score is the product of the estimates along the chain. It stops before a node scored
+    // below score_min, where no source continues, or at min(cap, room, 2 * want) nodes. With a prediction, or
+    // chain_grow off: the default (the best path of a tree).
+    draft_tree draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) override;
     // The stats of the last draft() call.
     const draft_stats & last_stats() const;
     // Ends the request: hands its output to the history store (if any).

@@ -3,6 +3,7 @@
 #include "context-matcher.h"
 #include "expand-cache.h"
 #include "prediction-source.h"
+#include "sa-backoff.h"
 #include "sa-search.h"
 #include "tree-expand.h"
 #include "tree-merge.h"
@@ -99,6 +100,12 @@ struct drafter::impl {
     draft_stats                             last;
     prediction_source                       pred;
     cand_tree                               t_pred;
+    // Chain growth (draft_chain): the context's tail plus the chain, and each source's state for that text.
+    std::vector<token_id>                   ext;
+    std::vector<sa_match>                   chain_ds, chain_hist;
+    sa_backoff                              bo_ds, bo_hist;
+    std::vector<std::int32_t>               chain_occ;
+    std::vector<token_id>                   cands, top_buf;
 
     impl(const datastore * d, history_store * h, const drafter_params & params) :
         ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max, params.use_context),
@@ -240,6 +247,197 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
     if (stats) {
         *stats = st;
     }
+    return tree;
+}
+
+namespace {
+
+// The context source along a chain: the occurrences (end positions in the context) of the longest suffix of the
+// extended text, kept by filtering while they are all known (fewer than the matcher's cap) and the match is below
+// its longest length, else searched again.
+struct chain_context {
+    const context_matcher *       m;
+    std::vector<std::int32_t> &   occ;
+    int                           len = 0;
+
+    void start() {
+        len = m->match_len() >= m->n_min() ? m->match_len() : 0;
+        occ.assign(m->occurrences().begin(), m->occurrences().end());
+        if (len == 0) {
+            occ.clear();
+        }
+    }
+    void advance(token_id t, std::span<const token_id> ext) {
+        const std::span<const token_id> c = m->tokens();
+        const std::size_t               n = c.size();
+        if (len > 0 && len < m->n_max() && occ.size() < m->n_occ_max()) {
+            std::size_t k = 0;
+            for (const std::int32_t p : occ) {
+                if (static_cast<std::size_t>(p) + 3 <= n && c[static_cast<std::size_t>(p) + 1] == t) {
+                    occ[k++] = p + 1;
+                }
+            }
+            occ.resize(k);
+            if (k > 0) {
+                len++;
+                return;
+            }
+        }
+        len = m->longest(ext);
+        occ.clear();
+        if (len > 0) {
+            m->find(ext.last(static_cast<std::size_t>(len)), occ);
+        }
+    }
+    std::uint64_t count(token_id t) const {
+        std::uint64_t k = 0;
+        for (const std::int32_t p : occ) {
+            k += m->tokens()[static_cast<std::size_t>(p) + 1] == t;
+        }
+        return k;
+    }
+    // The most frequent continuation (ties: the smaller token), or -1.
+    token_id top(std::vector<token_id> & buf) const {
+        buf.clear();
+        for (const std::int32_t p : occ) {
+            buf.push_back(m->tokens()[static_cast<std::size_t>(p) + 1]);
+        }
+        std::sort(buf.begin(), buf.end());
+        token_id    best = -1;
+        std::size_t n    = 0;
+        for (std::size_t i = 0; i < buf.size();) {
+            std::size_t j = i;
+            while (j < buf.size() && buf[j] == buf[i]) ++j;
+            if (j - i > n) {
+                best = buf[i];
+                n    = j - i;
+            }
+            i = j;
+        }
+        return best;
+    }
+};
+
+}  // namespace
+
+draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) {
+    impl & d = *impl_;
+    if (!d.p.chain_grow || d.pred.active()) {
+        return draft_provider::draft_chain(cap, want, room, score_min);
+    }
+    const auto         t0      = clock_type::now();
+    draft_stats        st;
+    draft_tree         tree;
+    const std::span    context = d.ctx.tokens();
+    sa_match_counters  counters;
+    const std::int32_t n_max = std::min({cap, room, 2 * std::max(want, 1), d.p.n_budget_max});
+    if (n_max <= 0 || context.empty()) {
+        d.last = st;
+        return tree;
+    }
+    // Every source's match for the context itself, as draft() keeps them.
+    const bool use_ds   = d.p.use_datastore && d.ds;
+    const bool use_hist = d.p.use_history && d.hsnap;
+    int        len_ds = 0, len_hist = 0;
+    if (use_ds) {
+        len_ds = d.ds_src.update(context, d.p, d.roots, counters);
+    }
+    if (use_hist) {
+        len_hist = d.hist_src.update(context, d.p, d.roots, counters);
+    }
+    if (d.p.use_context) {
+        d.ctx.update();
+    }
+    st.t_match_us = us_since(t0);
+    const std::size_t tail = std::min<std::size_t>(context.size(), static_cast<std::size_t>(d.p.n_match_max));
+    d.ext.assign(context.end() - static_cast<std::ptrdiff_t>(tail), context.end());
+    d.chain_ds   = d.ds_src.matches;
+    d.chain_hist = d.hist_src.matches;
+    backoff_params bp;
+    bp.n_min        = d.p.n_match_min;
+    bp.n_confident  = d.p.backoff_confident;
+    bp.n_levels_max = d.p.backoff_levels;
+    bp.scan_max     = d.p.scan_max;
+    backoff_params bp_ds = bp, bp_hist = bp;
+    bp_ds.alpha   = d.p.alpha_datastore;
+    bp_hist.alpha = d.p.alpha_history;
+    auto set_levels = [&](sa_backoff & bo, const sa_source & src, std::span<const sa_match> ms, int len,
+                          const backoff_params & b, std::vector<sa_bigram_memo> & memos) {
+        bo.set(src.shards, ms, len, d.ext, b, memos);
+    };
+    if (use_ds) set_levels(d.bo_ds, d.ds_src, d.chain_ds, len_ds, bp_ds, d.ds_src.memos);
+    if (use_hist) set_levels(d.bo_hist, d.hist_src, d.chain_hist, len_hist, bp_hist, d.hist_src.memos);
+    chain_context cc{&d.ctx, d.chain_occ};
+    if (d.p.use_context) cc.start();
+    st.match_len_datastore   = use_ds ? len_ds : 0;
+    st.match_count_datastore = use_ds && d.bo_ds.n_levels() ? d.bo_ds.count() : 0;
+    st.match_len_history     = use_hist ? len_hist : 0;
+    st.match_count_history   = use_hist && d.bo_hist.n_levels() ? d.bo_hist.count() : 0;
+    st.match_len_context     = cc.len;
+    st.match_count_context   = cc.occ.size();
+
+    // Re-matches a suffix-array source after the text grew by one token; returns the new longest length.
+    auto advance_sa = [&](const sa_source & src, std::vector<sa_match> & ms, std::vector<sa_bigram_memo> & memos) {
+        int best = 0;
+        for (std::size_t i = 0; i < src.shards.size(); ++i) {
+            sa_match_update(src.shards[i], ms[i], d.ext, d.ext.size() - 1, d.p.n_match_max, &counters, &memos[i]);
+            best = std::max(best, ms[i].len);
+        }
+        return best >= std::max(d.p.n_match_min, 1) ? best : 0;
+    };
+    double score = 1.0;
+    for (std::int32_t i = 0; i < n_max; ++i) {
+        d.cands.clear();
+        if (use_ds) d.bo_ds.candidates(d.cands, d.x_ds);
+        if (use_hist) d.bo_hist.candidates(d.cands, d.x_hist);
+        if (cc.len > 0) {
+            const token_id t = cc.top(d.top_buf);
+            if (t >= 0 && std::find(d.cands.begin(), d.cands.end(), t) == d.cands.end()) d.cands.push_back(t);
+        }
+        token_id     best   = -1;
+        double       best_p = 0;
+        std::uint8_t mask   = 0;
+        for (const token_id t : d.cands) {
+            const double p_ds   = use_ds ? d.p.weight_datastore * d.bo_ds.prob(t) : 0.0;
+            const double p_hist = use_hist ? d.p.weight_history * d.bo_hist.prob(t) : 0.0;
+            // The request's own context is the most specific evidence: its counts, with the suffix-array sources'
+            // estimate as their prior (alpha_context pseudo-occurrences of it), or that estimate alone.
+            const double prior = std::max(p_ds, p_hist);
+            const double c_ctx = cc.len > 0 ? static_cast<double>(cc.count(t)) : 0.0;
+            const double p     = cc.len > 0 ? d.p.weight_context * (c_ctx + d.p.alpha_context * prior) /
+                                                  (static_cast<double>(cc.occ.size()) + d.p.alpha_context)
+                                            : prior;
+            if (p > best_p || (p == best_p && p > 0 && t < best)) {
+                best   = t;
+                best_p = p;
+                mask   = static_cast<std::uint8_t>((p_ds > 0 ? static_cast<int>(draft_source::datastore) : 0) |
+                                                   (p_hist > 0 ? static_cast<int>(draft_source::history) : 0) |
+                                                   (c_ctx > 0 ? static_cast<int>(draft_source::context) : 0));
+            }
+        }
+        if (best < 0 || best_p <= 0 || score * best_p < score_min) {
+            break;
+        }
+        score *= best_p;
+        tree.add(best, i - 1, static_cast<float>(score), mask);
+        if (i + 1 == n_max) {
+            break;
+        }
+        d.ext.push_back(best);
+        if (use_ds) set_levels(d.bo_ds, d.ds_src, d.chain_ds, advance_sa(d.ds_src, d.chain_ds, d.ds_src.memos), bp_ds, d.ds_src.memos);
+        if (use_hist) set_levels(d.bo_hist, d.hist_src, d.chain_hist, advance_sa(d.hist_src, d.chain_hist, d.hist_src.memos), bp_hist, d.hist_src.memos);
+        if (cc.len > 0 || d.p.use_context) cc.advance(best, d.ext);
+    }
+    for (const std::uint8_t m : tree.sources) {
+        st.n_nodes_datastore += (m & static_cast<std::uint8_t>(draft_source::datastore)) != 0;
+        st.n_nodes_context += (m & static_cast<std::uint8_t>(draft_source::context)) != 0;
+        st.n_nodes_history += (m & static_cast<std::uint8_t>(draft_source::history)) != 0;
+    }
+    st.n_extend    = counters.n_extend;
+    st.n_find      = counters.n_find;
+    st.t_draft_us  = us_since(t0);
+    st.t_select_us = st.t_draft_us - st.t_match_us;
+    d.last         = st;
     return tree;
 }
 
