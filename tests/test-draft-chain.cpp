@@ -78,21 +78,37 @@ token_id top_of(const std::map<token_id, std::uint64_t> & next) {
 
 // sa-backoff.h's definition, from naive counts: levels L, L/2, ... while a level has few occurrences.
 struct naive_backoff {
-    std::vector<naive_counts> levels;  // longest first
+    std::vector<int>          lens;    // longest first
+    std::vector<naive_counts> levels;
     double                    alpha = 1;
 
+    naive_backoff() = default;
     naive_backoff(const texts_t & texts, std::span<const token_id> text, int n_min, int n_max, const backoff_params & p) :
         alpha(p.alpha) {
         const int L = rest_ref::longest_suffix(texts, text, n_max);
         if (L < n_min) return;
         int k = L;
         for (;;) {
+            lens.push_back(k);
             levels.push_back(count_naive(texts, text.last(static_cast<std::size_t>(k))));
             if (levels.back().total >= p.n_confident || static_cast<int>(levels.size()) >= p.n_levels_max) break;
             const int k2 = std::max(n_min, k / 2);
             if (k2 >= k) break;
             k = k2;
         }
+    }
+    // The same levels one token longer each (the text grew by one token); levels without occurrences dropped.
+    naive_backoff grown(const texts_t & texts, std::span<const token_id> text) const {
+        naive_backoff g;
+        g.alpha = alpha;
+        for (const int k : lens) {
+            naive_counts c = count_naive(texts, text.last(static_cast<std::size_t>(k + 1)));
+            if (c.total > 0) {
+                g.lens.push_back(k + 1);
+                g.levels.push_back(std::move(c));
+            }
+        }
+        return g;
     }
     double prob(token_id t) const {
         double prior = 0;
@@ -219,9 +235,13 @@ std::vector<ref_link> ref_chain(const texts_t & texts, const std::vector<token_i
     bp.n_levels_max = p.backoff_levels;
     const std::size_t n = ctx.size();
     double            score = 1;
+    naive_backoff     ds;
     for (int i = 0; i < n_max; ++i) {
         std::vector<token_id> cands;
-        naive_backoff         ds(texts, p.use_datastore ? ext : std::vector<token_id>{}, p.n_match_min, p.n_match_max, bp);
+        // The datastore's levels: grown by the last chain token, chosen anew (from the longest match) where none is
+        // left.
+        if (i > 0) ds = ds.grown(texts, ext);
+        if (ds.levels.empty() && p.use_datastore) ds = naive_backoff(texts, ext, p.n_match_min, p.n_match_max, bp);
         if (p.use_datastore) cands = ds.candidates();
         // Context: the largest k in [n_min, n_max] whose last k tokens of ext end at some p <= n - 2 in ctx; the most
         // recent n_context_occ_max of those occurrences.

@@ -376,11 +376,13 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
     st.match_len_context     = cc.len;
     st.match_count_context   = cc.occ.size();
 
-    // Re-matches a suffix-array source after the text grew by one token; returns the new longest length.
-    auto advance_sa = [&](const sa_source & src, std::vector<sa_match> & ms, std::vector<sa_bigram_memo> & memos) {
+    // The longest match of the extended text in a suffix-array source, searched for from scratch (a chain's levels
+    // died); the lengths found, >= n_match_min, or 0.
+    auto search_sa = [&](const sa_source & src, std::vector<sa_match> & ms, std::vector<sa_bigram_memo> & memos) {
         int best = 0;
         for (std::size_t i = 0; i < src.shards.size(); ++i) {
-            sa_match_update(src.shards[i], ms[i], d.ext, d.ext.size() - 1, d.p.n_match_max, &counters, &memos[i]);
+            ms[i] = sa_match{};
+            sa_match_update(src.shards[i], ms[i], d.ext, 0, d.p.n_match_max, &counters, &memos[i]);
             best = std::max(best, ms[i].len);
         }
         return best >= std::max(d.p.n_match_min, 1) ? best : 0;
@@ -424,8 +426,18 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
             break;
         }
         d.ext.push_back(best);
-        if (use_ds) set_levels(d.bo_ds, d.ds_src, d.chain_ds, advance_sa(d.ds_src, d.chain_ds, d.ds_src.memos), bp_ds, d.ds_src.memos);
-        if (use_hist) set_levels(d.bo_hist, d.hist_src, d.chain_hist, advance_sa(d.hist_src, d.chain_hist, d.hist_src.memos), bp_hist, d.hist_src.memos);
+        // Every level grows by the token (no search); where none is left the longest match is searched for again
+        // and the levels are chosen anew (sa-backoff.h).
+        auto advance_levels = [&](sa_backoff & bo, sa_source & src, std::vector<sa_match> & ms, int & len,
+                                  const backoff_params & b) {
+            bo.advance(best);
+            if (bo.n_levels() == 0) {
+                len = search_sa(src, ms, src.memos);
+                set_levels(bo, src, ms, len, b, src.memos);
+            }
+        };
+        if (use_ds) advance_levels(d.bo_ds, d.ds_src, d.chain_ds, len_ds, bp_ds);
+        if (use_hist) advance_levels(d.bo_hist, d.hist_src, d.chain_hist, len_hist, bp_hist);
         if (cc.len > 0 || d.p.use_context) cc.advance(best, d.ext);
     }
     for (const std::uint8_t m : tree.sources) {

@@ -11,6 +11,13 @@
 // With a confident longest match (C_L >= n_confident) it is the tree's c_L(t) / (C_L + alpha) exactly.
 // Candidates for the next token: the most frequent continuation of each level (ties: the smaller token id).
 // Occurrences are summed over shards (a shard where the longest match is shorter contributes nothing to level 0).
+//
+// Along a chain the levels are chosen where the longest match was last searched for (set()); after that every
+// chain token extends each level (advance(): a level of k tokens becomes one of k + 1, its occurrences those
+// followed by the token; no search, no cap at n_max), levels left without occurrences are dropped, and level 0 is
+// the longest one left. Only when none is left is the longest match searched for again and the levels chosen anew.
+// So a chain keeps the longest context that still occurs among those it had, at the cost of a narrowing per level
+// and token; a search (a binary search on the length, each probe a suffix-array search) only where all died.
 #pragma once
 
 #include "sa-search.h"
@@ -39,6 +46,8 @@ class sa_backoff {
     // per shard (may be empty). Clears the levels when len < n_min.
     void set(std::span<const index_shard> shards, std::span<const sa_match> matches, int len,
              std::span<const token_id> text, const backoff_params & p, std::span<sa_bigram_memo> memos);
+    // The text grew by t: every level narrows by t (one token longer); levels left without occurrences are dropped.
+    void advance(token_id t);
     // The estimate P(t) described above (0 without levels).
     double prob(token_id t) const;
     // Appends each level's most frequent continuation (those not already in out); x is scratch.
@@ -53,12 +62,19 @@ class sa_backoff {
         int           len   = 0;
         std::uint64_t count = 0;
         std::size_t   at    = 0;  // its ranges: ranges_[at .. at + n_shards)
+        // A level of at most scan_max occurrences: its next tokens counted once, (token, count) sorted by token in
+        // tally_[tally_at .. tally_at + tally_n) (valid when tallied).
+        mutable bool        tallied  = false;
+        mutable std::size_t tally_at = 0, tally_n = 0;
     };
+    const level & tally(const level & lv) const;
     std::span<const index_shard> shards_;
     backoff_params               p_;
     std::vector<level>           levels_;
     std::vector<sa_range>        ranges_;
     mutable std::vector<sa_root> roots_;
+    mutable std::vector<token_id> buf_;
+    mutable std::vector<std::pair<token_id, std::uint64_t>> tally_;
 };
 
 }  // namespace rest
