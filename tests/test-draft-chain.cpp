@@ -236,25 +236,43 @@ std::vector<ref_link> ref_chain(const texts_t & texts, const std::vector<token_i
     const std::size_t n = ctx.size();
     double            score = 1;
     naive_backoff     ds;
+    bool              ds_dead = false, ctx_dead = false;
+    std::vector<std::size_t> occ;
     for (int i = 0; i < n_max; ++i) {
         std::vector<token_id> cands;
         // The datastore's levels: grown by the last chain token, chosen anew (from the longest match) where none is
-        // left.
+        // left; a search that finds nothing (the first one included) silences the source for the rest of the chain.
         if (i > 0) ds = ds.grown(texts, ext);
-        if (ds.levels.empty() && p.use_datastore) ds = naive_backoff(texts, ext, p.n_match_min, p.n_match_max, bp);
+        if (ds.levels.empty() && p.use_datastore && !ds_dead) {
+            ds      = naive_backoff(texts, ext, p.n_match_min, p.n_match_max, bp);
+            ds_dead = ds.levels.empty();
+        }
         if (p.use_datastore) cands = ds.candidates();
-        // Context: the largest k in [n_min, n_max] whose last k tokens of ext end at some p <= n - 2 in ctx; the most
-        // recent n_context_occ_max of those occurrences.
-        std::vector<std::size_t> occ;
-        for (int k = std::min<int>(p.n_match_max, static_cast<int>(ext.size())); p.use_context && k >= p.n_match_min && occ.empty(); --k) {
-            for (std::size_t e = static_cast<std::size_t>(k) - 1; e + 2 <= n; ++e) {
-                if (std::equal(ctx.begin() + static_cast<std::ptrdiff_t>(e + 1 - static_cast<std::size_t>(k)),
-                               ctx.begin() + static_cast<std::ptrdiff_t>(e + 1), ext.end() - k)) {
-                    occ.push_back(e);
+        // Context: its occurrences (end positions e <= n - 2 in ctx) grow with the chain while some remain and all
+        // are known; else the largest k in [n_min, n_max] whose last k tokens of ext occur so, the most recent
+        // n_context_occ_max of them.
+        bool grew = false;
+        if (i > 0 && !occ.empty() && occ.size() < p.n_context_occ_max) {
+            std::vector<std::size_t> next;
+            for (const std::size_t e : occ) {
+                if (e + 3 <= n && ctx[e + 1] == ext.back()) next.push_back(e + 1);
+            }
+            occ  = next;
+            grew = !occ.empty();
+        }
+        if (!grew && p.use_context && !ctx_dead) {
+            occ.clear();
+            for (int k = std::min<int>(p.n_match_max, static_cast<int>(ext.size())); k >= p.n_match_min && occ.empty(); --k) {
+                for (std::size_t e = static_cast<std::size_t>(k) - 1; e + 2 <= n; ++e) {
+                    if (std::equal(ctx.begin() + static_cast<std::ptrdiff_t>(e + 1 - static_cast<std::size_t>(k)),
+                                   ctx.begin() + static_cast<std::ptrdiff_t>(e + 1), ext.end() - k)) {
+                        occ.push_back(e);
+                    }
                 }
             }
+            if (occ.size() > p.n_context_occ_max) occ.erase(occ.begin(), occ.end() - static_cast<std::ptrdiff_t>(p.n_context_occ_max));
+            ctx_dead = occ.empty();
         }
-        if (occ.size() > p.n_context_occ_max) occ.erase(occ.begin(), occ.end() - static_cast<std::ptrdiff_t>(p.n_context_occ_max));
         std::map<token_id, std::uint64_t> ctx_next;
         for (const std::size_t e : occ) ctx_next[ctx[e + 1]]++;
         if (const token_id t = top_of(ctx_next); t >= 0 && std::find(cands.begin(), cands.end(), t) == cands.end()) {

@@ -252,9 +252,10 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
 
 namespace {
 
-// The context source along a chain: the occurrences (end positions in the context) of the longest suffix of the
-// extended text, kept by filtering while they are all known (fewer than the matcher's cap) and the match is below
-// its longest length, else searched again.
+// The context source along a chain: the occurrences (end positions in the context) of its match, which grows by
+// every chain token while occurrences remain and all are known (fewer than the matcher's cap; no cap on the
+// length), else is searched for again (the longest suffix of the extended text, n_min..n_max tokens). A search
+// that finds nothing silences the source for the rest of the chain (the match at the chain's start counts as one).
 struct chain_context {
     const context_matcher *       m;
     std::vector<std::int32_t> &   occ;
@@ -270,7 +271,10 @@ struct chain_context {
     void advance(token_id t, std::span<const token_id> ext) {
         const std::span<const token_id> c = m->tokens();
         const std::size_t               n = c.size();
-        if (len > 0 && len < m->n_max() && occ.size() < m->n_occ_max()) {
+        if (len == 0) {
+            return;  // no match where it was last searched for: silent for the rest of the chain
+        }
+        if (occ.size() < m->n_occ_max()) {
             std::size_t k = 0;
             for (const std::int32_t p : occ) {
                 if (static_cast<std::size_t>(p) + 3 <= n && c[static_cast<std::size_t>(p) + 1] == t) {
@@ -427,9 +431,13 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
         }
         d.ext.push_back(best);
         // Every level grows by the token (no search); where none is left the longest match is searched for again
-        // and the levels are chosen anew (sa-backoff.h).
+        // and the levels are chosen anew (sa-backoff.h); a search that finds nothing (the one at the chain's start
+        // included) silences the source for the rest of the chain.
         auto advance_levels = [&](sa_backoff & bo, sa_source & src, std::vector<sa_match> & ms, int & len,
                                   const backoff_params & b) {
+            if (len == 0) {
+                return;  // the last search found nothing: silent for the rest of the chain
+            }
             bo.advance(best);
             if (bo.n_levels() == 0) {
                 len = search_sa(src, ms, src.memos);
