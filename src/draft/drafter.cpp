@@ -334,7 +334,8 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
     draft_tree         tree;
     const std::span    context = d.ctx.tokens();
     sa_match_counters  counters;
-    const std::int32_t n_max = std::min({cap, room, 2 * std::max(want, 1), d.p.n_budget_max});
+    const auto         grow  = static_cast<std::int32_t>(std::min<std::int64_t>(2 * static_cast<std::int64_t>(std::max(want, 1)), INT32_MAX));
+    const std::int32_t n_max = std::min({cap, room, grow, d.p.n_budget_max});
     if (n_max <= 0 || context.empty()) {
         d.last = st;
         return tree;
@@ -446,7 +447,7 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
         };
         if (use_ds) advance_levels(d.bo_ds, d.ds_src, d.chain_ds, len_ds, bp_ds);
         if (use_hist) advance_levels(d.bo_hist, d.hist_src, d.chain_hist, len_hist, bp_hist);
-        if (cc.len > 0 || d.p.use_context) cc.advance(best, d.ext);
+        if (d.p.use_context) cc.advance(best, d.ext);
     }
     for (const std::uint8_t m : tree.sources) {
         st.n_nodes_datastore += (m & static_cast<std::uint8_t>(draft_source::datastore)) != 0;
