@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -224,10 +225,32 @@ struct ref_link {
     std::uint8_t mask;
 };
 
+// The context's weight against the datastore's estimate alone, learned per request by Bayes' rule from the token
+// that follows each chain's start (first: both estimates of that step's candidates).
+struct ref_weight {
+    double                                   w = 0.9;
+    std::vector<std::array<double, 3>>       first;  // token, context's estimate, datastore's
+    void update(token_id x) {
+        if (!first.empty()) {
+            double p_ctx = 1e-3, p_sa = 1e-3;
+            for (const auto & f : first) {
+                if (static_cast<token_id>(f[0]) == x) {
+                    p_ctx = std::max(p_ctx, f[1]);
+                    p_sa  = std::max(p_sa, f[2]);
+                }
+            }
+            w = std::clamp(w * p_ctx / (w * p_ctx + (1 - w) * p_sa), 0.02, 0.98);
+        }
+        first.clear();
+    }
+};
+
 std::vector<ref_link> ref_chain(const texts_t & texts, const std::vector<token_id> & ctx, const drafter_params & p,
+                                ref_weight & rw,
                                 int n_max, float score_min) {
     std::vector<ref_link> out;
     std::vector<token_id> ext = ctx;
+    rw.first.clear();
     backoff_params        bp;
     bp.n_min        = p.n_match_min;
     bp.alpha        = p.alpha_datastore;
@@ -284,8 +307,10 @@ std::vector<ref_link> ref_chain(const texts_t & texts, const std::vector<token_i
         for (const token_id t : cands) {
             const double p_ds = p.use_datastore ? ds.prob(t) : 0.0;
             const double c    = occ.empty() ? 0.0 : static_cast<double>(ctx_next[t]);
-            const double pr   = occ.empty() ? p_ds
+            const double mix  = occ.empty() ? p_ds
                                             : (c + p.alpha_context * p_ds) / (static_cast<double>(occ.size()) + p.alpha_context);
+            const double pr   = rw.w * mix + (1 - rw.w) * p_ds;
+            if (i == 0 && !occ.empty()) rw.first.push_back({static_cast<double>(t), mix, p_ds});
             if (pr > best_p || (pr == best_p && pr > 0 && t < best)) {
                 best   = t;
                 best_p = pr;
@@ -319,7 +344,8 @@ TEST(draft_chain, chain_equals_brute_force) {
         p.backoff_confident = std::vector<std::uint64_t>{1, 4, 8}[round % 3];
         p.backoff_levels    = 1 + round % 4;
         p.alpha_context     = round % 2 ? 0.5 : 2.0;
-        drafter dr(&ds, nullptr, p);
+        drafter    dr(&ds, nullptr, p);
+        ref_weight rw;
         const auto & base = *texts[rng() % texts.size()];
         std::vector<token_id> ctx = random_context(rng, base, 1 + static_cast<int>(rng() % 20), n_vocab);
         dr.reset(ctx);
@@ -329,7 +355,7 @@ TEST(draft_chain, chain_equals_brute_force) {
             const float score_min = std::vector<float>{0.0f, 0.05f, 0.3f}[rng() % 3];
             const int   n_max     = std::min({cap, 2 * want, p.n_budget_max});
             const draft_tree got  = dr.draft_chain(cap, want, INT32_MAX, score_min);
-            const auto       want_chain = ref_chain(texts, ctx, p, n_max, score_min);
+            const auto       want_chain = ref_chain(texts, ctx, p, rw, n_max, score_min);
             std::ostringstream where;
             where << "round " << round << " step " << step << " context " << ctx.size();
             ASSERT_EQ(got.check_integrity(), "") << where.str();
@@ -349,6 +375,7 @@ TEST(draft_chain, chain_equals_brute_force) {
             emit.push_back(random_context(rng, base, 1, n_vocab)[0]);
             ctx.insert(ctx.end(), emit.begin(), emit.end());
             dr.accept(emit);
+            rw.update(emit[0]);
         }
     }
     EXPECT_EQ(n_chains, 24 * 30);

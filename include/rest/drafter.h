@@ -60,6 +60,7 @@ struct drafter_params {
     bool          chain_grow         = true;
     std::uint64_t backoff_confident  = 8;
     int           backoff_levels     = 4;
+    double        chain_w_context    = 0.9;  // a request's starting weight of the context's estimate (draft_chain())
 };
 
 struct draft_stats {
@@ -102,11 +103,15 @@ class drafter final : public draft_provider {
     draft_tree draft(int n_budget) override { return draft(n_budget, nullptr); }
     draft_tree draft(int n_budget, draft_stats * stats);
     // A chain grown greedily (params.chain_grow): the next token is the one with the largest estimate given the
-    // context and the chain so far, re-matched in every source after each token. The estimate: the datastore's and
-    // the history's (sa-backoff.h, times the source's weight), the larger of the two, is the prior of the context's
-    // counts: w_context * (count(t) + alpha_context * prior(t)) / (occurrences + alpha_context), or the prior alone
-    // where the context has no match (the request's own text is the most specific evidence, and where it has few
-    // occurrences the datastore decides). Candidates: each source's most frequent continuation (every back-off
+    // context and the chain so far, re-matched in every source after each token. Two estimates are mixed: the
+    // suffix-array sources' alone (P_sa: the datastore's and the history's, sa-backoff.h, times the source's weight,
+    // the larger of the two), and the context's counts with P_sa as their prior,
+    //     P_ctx(t) = w_context * (count(t) + alpha_context * P_sa(t)) / (occurrences + alpha_context)
+    // (P_sa where the context has no match); P = w * P_ctx + (1 - w) * P_sa, where w starts at chain_w_context and
+    // is learned per request by Bayes' rule from the token that follows each chain's start (which of the two
+    // estimates predicted it; clamped to [0.02, 0.98] so it can turn again). The request's own text is the most
+    // specific evidence on an unrelated datastore (HumanEval with the standard library), the datastore on one that
+    // holds near-copies of what is written. Candidates: each source's most frequent continuation (every back-off
     // level's). A node's score is the product of the estimates along the chain. It stops before a node scored
     // below score_min, where no source continues, or at min(cap, room, 2 * want) nodes. With a prediction, or
     // chain_grow off: the default (the best path of a tree).

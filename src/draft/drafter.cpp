@@ -106,6 +106,14 @@ struct drafter::impl {
     sa_backoff                              bo_ds, bo_hist;
     std::vector<std::int32_t>               chain_occ;
     std::vector<token_id>                   cands, top_buf;
+    // Per request: the weight of the context's estimate against the suffix-array sources' alone (chain_weight), and
+    // both estimates of the last chain's first candidates, to update it with the token that came next.
+    double                                  w_ctx = 0.9;  // reset() sets params.chain_w_context
+    struct first_estimate {
+        token_id t;
+        double   p_ctx, p_sa;
+    };
+    std::vector<first_estimate>             first;
 
     impl(const datastore * d, history_store * h, const drafter_params & params) :
         ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max, params.use_context),
@@ -145,12 +153,28 @@ void drafter::reset(std::span<const token_id> prompt) {
         d.cache_hist.clear();  // another snapshot: its ranges mean other things
     }
     d.pred.reset({});
+    d.w_ctx = std::clamp(d.p.chain_w_context, 0.02, 0.98);
+    d.first.clear();
     d.last = draft_stats{};
 }
 
 void drafter::accept(std::span<const token_id> tokens) {
-    impl_->ctx.append(tokens);
-    impl_->pred.append(tokens);
+    impl & d = *impl_;
+    if (!d.first.empty() && !tokens.empty()) {
+        // Bayes' rule on which estimate predicted the next token (tokens no candidate had: a small floor for both).
+        double p_ctx = 1e-3, p_sa = 1e-3;
+        for (const auto & f : d.first) {
+            if (f.t == tokens[0]) {
+                p_ctx = std::max(p_ctx, f.p_ctx);
+                p_sa  = std::max(p_sa, f.p_sa);
+            }
+        }
+        const double w = d.w_ctx * p_ctx / (d.w_ctx * p_ctx + (1 - d.w_ctx) * p_sa);
+        d.w_ctx        = std::clamp(w, 0.02, 0.98);
+    }
+    d.first.clear();
+    d.ctx.append(tokens);
+    d.pred.append(tokens);
 }
 
 void drafter::set_prediction(std::span<const token_id> prediction) {
@@ -334,6 +358,7 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
     draft_tree         tree;
     const std::span    context = d.ctx.tokens();
     sa_match_counters  counters;
+    d.first.clear();
     const auto         grow  = static_cast<std::int32_t>(std::min<std::int64_t>(2 * static_cast<std::int64_t>(std::max(want, 1)), INT32_MAX));
     const std::int32_t n_max = std::min({cap, room, grow, d.p.n_budget_max});
     if (n_max <= 0 || context.empty()) {
@@ -407,13 +432,15 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
         for (const token_id t : d.cands) {
             const double p_ds   = use_ds ? d.p.weight_datastore * d.bo_ds.prob(t) : 0.0;
             const double p_hist = use_hist ? d.p.weight_history * d.bo_hist.prob(t) : 0.0;
-            // The request's own context is the most specific evidence: its counts, with the suffix-array sources'
-            // estimate as their prior (alpha_context pseudo-occurrences of it), or that estimate alone.
+            // The context's counts with the suffix-array sources' estimate as their prior (alpha_context
+            // pseudo-occurrences of it), mixed with that estimate alone by the request's learned weight.
             const double prior = std::max(p_ds, p_hist);
             const double c_ctx = cc.len > 0 ? static_cast<double>(cc.count(t)) : 0.0;
-            const double p     = cc.len > 0 ? d.p.weight_context * (c_ctx + d.p.alpha_context * prior) /
+            const double p_mix = cc.len > 0 ? d.p.weight_context * (c_ctx + d.p.alpha_context * prior) /
                                                   (static_cast<double>(cc.occ.size()) + d.p.alpha_context)
                                             : prior;
+            const double p = d.w_ctx * p_mix + (1 - d.w_ctx) * prior;
+            if (i == 0 && cc.len > 0) d.first.push_back({t, p_mix, prior});
             if (p > best_p || (p == best_p && p > 0 && t < best)) {
                 best   = t;
                 best_p = p;
