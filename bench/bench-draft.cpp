@@ -93,8 +93,10 @@ double thread_cpu_s() {
 constexpr std::size_t k_prompt = 64;  // tokens of a query used as its prompt
 
 // Feeds the queries token by token. mode 0: datastore only; 1: datastore + context + history (the history store
-// receives each finished query, as a server's would).
-void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budget, int query_set) {
+// receives each finished query, as a server's would). chain 0: a tree of n_budget nodes (draft()); 1: the chain
+// the decoder drafts for a budget of n_budget on CPUs, grown token by token (draft_chain()); 2: the same chain as
+// the best path of a tree (chain_grow off, the way before).
+void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budget, int query_set, int chain) {
     struct {
         datastore *                              ds;
         const std::vector<std::vector<token_id>> & queries;
@@ -102,8 +104,10 @@ void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budg
     drafter_params p;
     p.use_context = mode == 1;
     p.use_history = mode == 1;
+    p.chain_grow  = chain != 2;
     history_store hist({.n_tokens_max = 1 << 20});
     drafter       dr(d.ds, mode == 1 ? &hist : nullptr, p);
+    auto          draft = [&] { return chain ? dr.draft_chain(n_budget, n_budget, INT32_MAX, 0.0f) : dr.draft(n_budget); };
 
     std::size_t qi = 0, pos = 0;
     auto        next_query = [&] {
@@ -121,7 +125,7 @@ void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budg
             next_query();
         }
         dr.accept({&d.queries[qi][pos++], 1});
-        benchmark::DoNotOptimize(dr.draft(n_budget));
+        benchmark::DoNotOptimize(draft());
     }
 
     std::vector<double> us, cpu_us;
@@ -135,7 +139,7 @@ void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budg
         const double     c0   = thread_cpu_s();
         const auto       t0   = std::chrono::steady_clock::now();
         dr.accept({&d.queries[qi][pos++], 1});
-        const draft_tree tree = dr.draft(n_budget);
+        const draft_tree tree = draft();
         const auto       t1   = std::chrono::steady_clock::now();
         const double     c1   = thread_cpu_s();
         const double     s    = std::chrono::duration<double>(t1 - t0).count();
@@ -185,16 +189,24 @@ void BM_draft_step(benchmark::State & state) {
                              ": run bench-draft-corpus first (bench/draft.cmake)").c_str());
         return;
     }
-    run_steps(state, *d, static_cast<int>(state.range(1)), static_cast<int>(state.range(2)), set);
+    run_steps(state, *d, static_cast<int>(state.range(1)), static_cast<int>(state.range(2)), set,
+              static_cast<int>(state.range(4)));
 }
 
 }  // namespace
 
 // Args: datastore tokens, mode (0: datastore only, 1: all sources), budget N, queries (0: held-out files of the
-// indexed trees, 1: files of another language).
+// indexed trees, 1: files of another language), chain (0: a tree; 1: a grown chain; 2: a tree's best path).
 BENCHMARK(BM_draft_step)
-    ->ArgNames({"tokens", "all_sources", "N", "ood"})
-    ->ArgsProduct({{1000000, 10000000, 100000000}, {0, 1}, {16}, {0, 1}})
+    ->ArgNames({"tokens", "all_sources", "N", "ood", "chain"})
+    ->ArgsProduct({{1000000, 10000000, 100000000}, {0, 1}, {16}, {0, 1}, {0}})
+    ->UseManualTime()
+    ->Iterations(30000)
+    ->Unit(benchmark::kMicrosecond);
+// The chains the decoder drafts on CPUs, grown and (the way before) cut from a tree, at two budgets.
+BENCHMARK(BM_draft_step)
+    ->ArgNames({"tokens", "all_sources", "N", "ood", "chain"})
+    ->ArgsProduct({{1000000, 10000000, 100000000}, {0, 1}, {4, 16}, {0, 1}, {1, 2}})
     ->UseManualTime()
     ->Iterations(30000)
     ->Unit(benchmark::kMicrosecond);

@@ -2,7 +2,9 @@
 // budget with fixed ones without the machine's noise (±5-10% between runs of the same binary here).
 //
 //   bench-policy-replay -m MODEL.gguf --index A.idx --prompts B.jsonl --generations GEN.jsonl --costs COSTS.txt
-//                       [--field prompt] [--budgets 1,2,3,4,6,8] [--draft-us 3,0.4]
+//                       [--field prompt] [--budgets 1,2,3,4,6,8] [--draft-us 3,0.4] [--thresholds 0.5,0.2,0.1]
+//                       [--chain-grow 0|1] [--backoff-levels N] [--backoff-confident N] [--sources dch]
+//                       [--alpha DS,CTX,HIST] [--match MIN,MAX]
 //
 // Greedy decoding is lossless, so every policy emits the same tokens; only the steps differ. At each step the
 // drafter (all sources, the decoder's chain drafting) drafts from the context so far, the policy picks a budget
@@ -10,7 +12,10 @@
 // step costs the cost table's steady time for its rows, plus its rebuild time when the rows differ from the last
 // step's, plus drafting: A + B x the nodes drafted (--draft-us A,B; the default is bench-draft-acceptance's
 // measurement on stories260K: 4.5 us for 4 nodes, 15.6 for 32). The policy is fed those times, so its online
-// correction stays at 1.
+// correction stays at 1. Besides M it reports the mean verified rows per step (root + nodes, padding included: the
+// verify cost), chain nodes drafted and measured drafting microseconds per step, so methods compare at equal verify cost; --thresholds adds points
+// that verify whole chains (at most 32 nodes, no padding) grown while the drafter's score stays >= each value;
+// --chain-grow 0 drafts chains as the best path of a tree (the way before), --backoff-levels 1 turns back-off off.
 // COSTS.txt is a cost-cache file (first line "rest-cost 4 ..."; named when a run measures one, in
 // $RESTCPP_CACHE_DIR or ~/.cache/rest.cpp, under costs/). Plain
 // decoding costs t(1) per token. Prompt processing is left out for every policy alike.
@@ -22,6 +27,7 @@
 #include "rest/llama-model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -35,13 +41,32 @@ namespace {
 struct outcome {
     double      t_us = 0;
     std::size_t tokens = 0, steps = 0, changes = 0;
+    std::size_t rows = 0;     // verified rows (root + nodes, padding included), summed over steps
+    std::size_t drafted = 0;  // chain nodes drafted, summed over steps
+    double      draft_us = 0; // measured drafting time (the drafter's own clock), summed over steps
+};
+
+// Verifies every node the chain has (no padding): a chain then ends where the drafter's estimate falls below
+// score_min, as llama.cpp's n-gram drafters end theirs where their statistics stop being confident.
+class whole_chain final : public budget_policy {
+  public:
+    whole_chain(std::int32_t n_max, float score_min) : n_max_(n_max), score_min_(score_min) {}
+    void choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) override {
+        for (std::size_t i = 0; i < qs.size(); ++i) n_out[i] = std::min((std::int32_t) qs[i].tree->size(), n_max_);
+    }
+    std::int32_t draft_nodes_hint() const override { return n_max_; }
+    float        chain_score_min() const override { return score_min_; }
+
+  private:
+    std::int32_t n_max_;
+    float        score_min_;
 };
 
 // Replays every generation under `policy`, whose verified chains are at most cap nodes.
 outcome replay(const std::vector<rest_bench::generation> & samples, const datastore & ds, const cost_table & costs,
-               budget_policy & policy, std::int32_t cap, double draft_a, double draft_b) {
+               budget_policy & policy, std::int32_t cap, double draft_a, double draft_b, const drafter_params & dp) {
     history_store hist{};
-    drafter       dr(&ds, &hist, drafter_params{});
+    drafter       dr(&ds, &hist, dp);
     outcome       o;
     std::int32_t  last_rows = 0;
     for (const auto & s : samples) {
@@ -52,8 +77,10 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
         for (std::size_t pos = 0; pos < s.output.size();) {
             // The decoder's chain drafting.
             const std::int32_t want    = std::min(cap, policy.draft_nodes_hint());
-            const std::int32_t n_draft = chain_tree_nodes(want, INT32_MAX);
-            draft_tree         tree    = draft_chain(dr, cap, want, INT32_MAX);
+            const auto         t_d0    = std::chrono::steady_clock::now();
+            draft_tree         tree    = draft_chain(dr, cap, want, INT32_MAX, policy.chain_score_min());
+            o.draft_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_d0).count();
+            const std::int32_t n_draft = dp.chain_grow ? (std::int32_t) tree.size() : chain_tree_nodes(want, INT32_MAX);
             const budget_query q{&tree, n_past, tree.empty() ? 0 : cap};
             std::int32_t       n = 0;
             policy.choose({&q, 1}, {&n, 1});
@@ -82,6 +109,8 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             pos += step;
             n_past += (std::int32_t) step;
             o.t_us += t + t_draft;
+            o.rows += (std::size_t) rows;
+            o.drafted += (std::size_t) tree.size();
             o.tokens += step;
             ++o.steps;
         }
@@ -94,13 +123,34 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
 
 int main(int argc, char ** argv) {
     rest_bench::generations_args args;
-    std::string                  costs_path, budgets_arg = "1,2,3,4,6,8";
+    std::string                  costs_path, budgets_arg = "1,2,3,4,6,8", thresholds_arg;
+    drafter_params               dp;
     double                       draft_a = 3, draft_b = 0.4;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
         if (args.take(a, v)) continue;
         if (a == "--costs") costs_path = v;
         else if (a == "--budgets") budgets_arg = v;
+        else if (a == "--thresholds") thresholds_arg = v;
+        else if (a == "--chain-grow") dp.chain_grow = v != "0";
+        else if (a == "--backoff-levels") dp.backoff_levels = std::stoi(v);
+        else if (a == "--alpha") {  // datastore,context,history
+            const auto v3 = rest_bench::split(v, ',');
+            dp.alpha_datastore = std::stod(v3.at(0));
+            dp.alpha_context   = std::stod(v3.at(1));
+            dp.alpha_history   = std::stod(v3.at(2));
+        }
+        else if (a == "--match") {  // n_match_min,n_match_max
+            const auto mm  = rest_bench::split(v, ',');
+            dp.n_match_min = std::stoi(mm.at(0));
+            dp.n_match_max = std::stoi(mm.at(1));
+        }
+        else if (a == "--backoff-confident") dp.backoff_confident = std::stoull(v);
+        else if (a == "--sources") {  // some of d (datastore), c (context), h (history)
+            dp.use_datastore = v.find('d') != std::string::npos;
+            dp.use_context   = v.find('c') != std::string::npos;
+            dp.use_history   = v.find('h') != std::string::npos;
+        }
         else if (a == "--draft-us") {
             const auto ab = rest_bench::split(v, ',');
             draft_a       = std::stod(ab.at(0));
@@ -137,18 +187,24 @@ int main(int argc, char ** argv) {
         }
         std::printf("%zu prompts, %zu tokens; t(1) %.1f us, rebuild %.1f us, drafting %.1f + %.2f us per node\n",
                     samples.size(), n_out, costs.predict_us(1, 0), costs.rebuild_us, draft_a, draft_b);
-        std::printf("%-10s %8s %8s %9s %9s\n", "policy", "M", "speedup", "changes", "ms");
+        std::printf("%-12s %8s %9s %9s %9s %8s %9s %9s\n", "policy", "M", "rows/step", "drafted", "draft_us", "speedup", "changes", "ms");
         auto report = [&](const std::string & name, const outcome & o) {
-            std::printf("%-10s %8.3f %7.3fx %9zu %9.1f\n", name.c_str(), (double) o.tokens / (double) o.steps,
-                        t_plain / o.t_us, o.changes, o.t_us / 1000);
+            const auto steps = (double) o.steps;
+            std::printf("%-12s %8.3f %9.2f %9.2f %9.2f %7.3fx %9zu %9.1f\n", name.c_str(), (double) o.tokens / steps,
+                        (double) o.rows / steps, (double) o.drafted / steps, o.draft_us / steps, t_plain / o.t_us,
+                        o.changes, o.t_us / 1000);
         };
         budget_spec automatic;
         automatic.costs = costs;
-        report("auto", replay(samples, *ds, costs, *make_budget_policy(automatic), budget_cap(automatic), draft_a, draft_b));
+        report("auto", replay(samples, *ds, costs, *make_budget_policy(automatic), budget_cap(automatic), draft_a, draft_b, dp));
         for (const std::string & b : rest_bench::split(budgets_arg, ',')) {
             budget_spec fixed;
             fixed.n_fixed = std::stoi(b);
-            report("fixed " + b, replay(samples, *ds, costs, *make_budget_policy(fixed), fixed.n_fixed, draft_a, draft_b));
+            report("fixed " + b, replay(samples, *ds, costs, *make_budget_policy(fixed), fixed.n_fixed, draft_a, draft_b, dp));
+        }
+        for (const std::string & th : rest_bench::split(thresholds_arg, ',')) {
+            whole_chain policy(32, std::stof(th));
+            report("score>=" + th, replay(samples, *ds, costs, policy, 32, draft_a, draft_b, dp));
         }
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -85,6 +85,9 @@ class budget_policy {
     // Nodes to draft for a tree layout, where the drafted nodes are all the policy can choose from: the hint, or
     // more for a policy that needs room to grow (a chain gets its room from draft_chain()'s larger tree).
     virtual std::int32_t tree_draft_nodes() const { return draft_nodes_hint(); }
+    // The lowest drafter score (estimated path probability) a chain node may have for this policy to verify it: a
+    // chain grown token by token (draft_provider::draft_chain) stops before it. 0: grow to the length asked.
+    virtual float chain_score_min() const { return 0.0f; }
     // For each query, n_out[i] in [0, n_max]: verify the first n_out[i] nodes of the tree (0: plain decoding), the
     // ones past its size being padding.
     virtual void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) = 0;

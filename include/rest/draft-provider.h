@@ -23,23 +23,36 @@ class draft_provider {
     virtual bool has_prediction() const { return false; }
     // Best-first tree of at most n_budget nodes continuing the context (every prefix is a valid tree).
     virtual draft_tree draft(int n_budget) = 0;
+    // A chain (node i the child of node i-1) of at most min(cap, room) nodes that a verifier taking one chain per
+    // request checks; the policy will likely verify up to `want` of them, and no node whose score (estimated path
+    // probability) is below score_min. Scores are non-increasing, so every prefix is a valid draft. Below: the default.
+    virtual draft_tree draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min);
     // Ends the request.
     virtual void finish() {}
 };
 
-// What a request verifies on CPUs, where each draft is one chain: the best path of a bushier tree than `want` nodes
-// would give, cut to cap nodes. The tree has chain_tree_nodes(want, room) nodes: 4x the nodes the budget policy may
-// take (want), at most 32 (paths as deep as drafts go, continuations being ~10 tokens, at a fraction of a 64-node
-// tree's drafting time, which matters when a step is 0.2 ms) and at most the context room.
+// What a request verifies on CPUs, where each draft is one chain. A provider that can grow chains directly
+// overrides draft_chain(); the default is the best path of a bushier tree than `want` nodes would give, cut to cap
+// nodes. The tree has chain_tree_nodes(want, room) nodes: 4x the nodes the budget policy may take (want), at most 32
+// (paths as deep as drafts go, continuations being ~10 tokens, at a fraction of a 64-node tree's drafting time,
+// which matters when a step is 0.2 ms) and at most the context room.
 inline std::int32_t chain_tree_nodes(std::int32_t want, std::int32_t room) {
     return std::min({room, 4 * want, 32});
 }
 
-inline draft_tree draft_chain(draft_provider & d, std::int32_t cap, std::int32_t want, std::int32_t room) {
-    draft_tree tree = d.draft(chain_tree_nodes(want, room));
+inline draft_tree draft_provider::draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) {
+    (void) score_min;
+    draft_tree tree = draft(chain_tree_nodes(want, room));
     tree.keep_best_path();
     tree.truncate((std::size_t) std::max(0, cap));
     return tree;
+}
+
+// The chain a request verifies: cap, its own limit; want, the nodes the budget policy may take (its
+// draft_nodes_hint()); room, the context left; score_min, the policy's chain_score_min().
+inline draft_tree draft_chain(draft_provider & d, std::int32_t cap, std::int32_t want, std::int32_t room,
+                              float score_min = 0) {
+    return d.draft_chain(cap, want, room, score_min);
 }
 
 }  // namespace rest

@@ -52,6 +52,15 @@ struct drafter_params {
     std::uint64_t cache_min         = 256;      // selections under matches with more occurrences are cached
     std::uint64_t n_probe_max       = 1 << 14;  // suffix-array probes per source and step for children discovery
     std::size_t   n_context_occ_max = 64;       // most recent context occurrences kept for the context trie
+
+    // Chains (draft_chain()): grown token by token, each step re-querying every source with the context plus the
+    // chain so far (false: the best path of a tree, the way before). A suffix-array source's estimate backs off
+    // over suffix lengths while its matches occur fewer than backoff_confident times, over at most backoff_levels
+    // lengths (src/draft/sa-backoff.h).
+    bool          chain_grow         = true;
+    std::uint64_t backoff_confident  = 8;
+    int           backoff_levels     = 4;
+    double        chain_w_context    = 0.9;  // a request's starting weight of the context's estimate (draft_chain())
 };
 
 struct draft_stats {
@@ -93,6 +102,20 @@ class drafter final : public draft_provider {
     // Builds the best-first tree of at most n_budget nodes (<= params.n_budget_max) continuing the context.
     draft_tree draft(int n_budget) override { return draft(n_budget, nullptr); }
     draft_tree draft(int n_budget, draft_stats * stats);
+    // A chain grown greedily (params.chain_grow): the next token is the one with the largest estimate given the
+    // context and the chain so far, re-matched in every source after each token. Two estimates are mixed: the
+    // suffix-array sources' alone (P_sa: the datastore's and the history's, sa-backoff.h, times the source's weight,
+    // the larger of the two), and the context's counts with P_sa as their prior,
+    //     P_ctx(t) = w_context * (count(t) + alpha_context * P_sa(t)) / (occurrences + alpha_context)
+    // (P_sa where the context has no match); P = w * P_ctx + (1 - w) * P_sa, where w starts at chain_w_context and
+    // is learned per request by Bayes' rule from the token that follows each chain's start (which of the two
+    // estimates predicted it; clamped to [0.02, 0.98] so it can turn again). The request's own text is the most
+    // specific evidence on an unrelated datastore (HumanEval with the standard library), the datastore on one that
+    // holds near-copies of what is written. Candidates: each source's most frequent continuation (every back-off
+    // level's). A node's score is the product of the estimates along the chain. It stops before a node scored
+    // below score_min, where no source continues, or at min(cap, room, 2 * want) nodes. With a prediction, or
+    // chain_grow off: the default (the best path of a tree).
+    draft_tree draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) override;
     // The stats of the last draft() call.
     const draft_stats & last_stats() const;
     // Ends the request: hands its output to the history store (if any).

@@ -231,7 +231,8 @@ double decoder::draft_all() {
         if (!want || !r.draft || cap <= 0) continue;
         const double       t0    = now_us();
         const std::int32_t nodes = std::min(cap, hint);
-        tree = model_.trees() ? r.draft->draft(nodes) : draft_chain(*r.draft, cap, nodes, room_of(model_, r));
+        tree = model_.trees() ? r.draft->draft(nodes)
+                              : draft_chain(*r.draft, cap, nodes, room_of(model_, r), policy_ ? policy_->chain_score_min() : 0.0f);
         // A token outside the vocabulary (a corrupt datastore) can never be accepted, and llama.cpp would refuse
         // the batch: the tree ends before the first one (parents come first, so what is kept stays a tree).
         const auto bad = std::find_if(tree.tokens.begin(), tree.tokens.end(),
@@ -241,7 +242,7 @@ double decoder::draft_all() {
         r.stats.t_draft_us += dt;
         t_draft += dt;
         drafting_ = true;
-        n_asked_ += model_.trees() ? nodes : chain_tree_nodes(nodes, room_of(model_, r));  // what was drafted
+        n_asked_ += model_.trees() ? nodes : std::max<std::int32_t>(1, (std::int32_t) tree.size());  // what was drafted
     }
     return t_draft;
 }

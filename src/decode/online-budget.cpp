@@ -222,6 +222,13 @@ void online_budget::observe_request(bool predicted) {
     }
 }
 
+float online_budget::chain_score_min() const {
+    const std::int32_t rows = 1 + draft_nodes_hint();
+    const double       t1   = predict_us(1, 0);
+    if (!(t1 > 0)) return 0.0f;
+    return (float) std::clamp(0.5 * (predict_us(rows + 1, 0) - predict_us(rows, 0)) / t1, 0.0, 1.0);
+}
+
 std::int32_t online_budget::tree_draft_nodes() const {
     const std::int32_t recent = *std::max_element(recent_.begin(), recent_.end());
     return std::clamp(std::max(draft_nodes_hint(), 2 + 2 * recent), 1, std::max(1, params_.n_max));

@@ -56,6 +56,10 @@ class online_budget final : public budget_policy {
     // from draft_chain()'s tree of four times it; trees ask tree_draft_nodes()), and at least as many nodes as
     // drafting for draft_cost_frac of a plain step buys (all of them on a large model).
     std::int32_t draft_nodes_hint() const override;
+    // What one more row costs next to a plain step, at the rows of the hint's chain: a node whose acceptance is
+    // below it cannot raise the expected rate (which drafting keeps at or above plain decoding's), halved because
+    // drafter scores are not yet calibrated (calibrated() may raise them).
+    float chain_score_min() const override;
     std::int32_t tree_draft_nodes() const override;  // the hint with room to double: 2 + twice the recent choice
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;

@@ -197,6 +197,66 @@ void context_matcher::search() {
     std::reverse(occ_.begin(), occ_.end());
 }
 
+std::uint64_t context_matcher::key_of(std::span<const token_id> pattern) const {
+    std::uint64_t h = 0;
+    for (std::size_t i = pattern.size(); i-- > 0;) {
+        h = mix(h, static_cast<std::uint32_t>(pattern[i]));
+    }
+    return mix(h, 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(pattern.size())) | 1;
+}
+
+std::int32_t context_matcher::next_pattern(std::span<const token_id> pattern, std::int32_t from) const {
+    const auto        k     = static_cast<int>(pattern.size());
+    const auto        n_len = static_cast<std::size_t>(n_max_ - n_min_ + 1);
+    const std::size_t n     = ctx_.size();
+    for (std::int32_t p = from; p >= 0; p = prev_[static_cast<std::size_t>(p) * n_len + static_cast<std::size_t>(k - n_min_)]) {
+        if (static_cast<std::size_t>(p) + 2 <= n && std::equal(pattern.begin(), pattern.end(), ctx_.begin() + (p + 1 - k))) {
+            return p;
+        }
+    }
+    return -1;
+}
+
+bool context_matcher::find(std::span<const token_id> pattern, std::vector<std::int32_t> & occ) const {
+    occ.clear();
+    const auto k = static_cast<int>(pattern.size());
+    if (!index_ || k < n_min_ || k > n_max_) {
+        return true;
+    }
+    const auto n_len = static_cast<std::size_t>(n_max_ - n_min_ + 1);
+    bool       whole = true;
+    for (std::int32_t p = next_pattern(pattern, head(key_of(pattern))); p >= 0;) {
+        if (occ.size() == n_occ_max_) {
+            whole = false;
+            break;
+        }
+        occ.push_back(p);
+        p = next_pattern(pattern, prev_[static_cast<std::size_t>(p) * n_len + static_cast<std::size_t>(k - n_min_)]);
+    }
+    std::reverse(occ.begin(), occ.end());
+    return whole;
+}
+
+int context_matcher::longest(std::span<const token_id> text) const {
+    if (!index_) {
+        return 0;
+    }
+    auto occurs = [&](int k) {
+        const auto pat = text.last(static_cast<std::size_t>(k));
+        return next_pattern(pat, head(key_of(pat))) >= 0;
+    };
+    int lo = n_min_ - 1, hi = static_cast<int>(std::min<std::size_t>(n_max_, text.size()));
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (occurs(mid)) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo < n_min_ ? 0 : lo;
+}
+
 void context_matcher::continuation_rows(std::size_t width, std::vector<token_id> & rows) const {
     rows.clear();
     rows.reserve(occ_.size() * width);

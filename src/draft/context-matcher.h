@@ -41,6 +41,17 @@ class context_matcher {
     std::span<const std::int32_t> occurrences() const { return occ_; }
     std::span<const token_id> tokens() const { return ctx_; }
 
+    // Occurrences of an arbitrary pattern of k tokens, k in [n_min, n_max] (as the match's, but for a text that need
+    // not end the context: a chain drafted past it): the most recent n_occ_max end positions p, ascending, with
+    // c[p-k+1..p] == pattern and p <= L-2 (so c[p+1], the continuation, exists). Returns false when more were cut.
+    // O(chain walk + n_occ_max * k); valid until the next append/reset.
+    bool find(std::span<const token_id> pattern, std::vector<std::int32_t> & occ) const;
+    // The largest k in [n_min, min(n_max, |text|)] whose last-k-token pattern of text find()s an occurrence; 0: none.
+    int longest(std::span<const token_id> text) const;
+    int n_min() const { return n_min_; }
+    int n_max() const { return n_max_; }
+    std::size_t n_occ_max() const { return n_occ_max_; }
+
     // The continuations of the occurrences as rows of `width` tokens padded with k_doc_end (for expand_rows).
     void continuation_rows(std::size_t width, std::vector<token_id> & rows) const;
     std::vector<token_id> continuation_rows(std::size_t width) const {
@@ -56,6 +67,8 @@ class context_matcher {
     void          index_position(std::size_t p);
     bool          same_suffix(std::size_t p, int k) const;    // c[p-k+1..p] == the last k tokens
     std::int32_t  first_verified(int k, std::int32_t from, std::size_t n) const;
+    std::uint64_t key_of(std::span<const token_id> pattern) const;  // key_ending_at() of a pattern
+    std::int32_t  next_pattern(std::span<const token_id> pattern, std::int32_t from) const;  // first_verified() of one
     void          search();
 
     int                   n_min_;

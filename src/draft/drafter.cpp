@@ -3,6 +3,7 @@
 #include "context-matcher.h"
 #include "expand-cache.h"
 #include "prediction-source.h"
+#include "sa-backoff.h"
 #include "sa-search.h"
 #include "tree-expand.h"
 #include "tree-merge.h"
@@ -99,6 +100,20 @@ struct drafter::impl {
     draft_stats                             last;
     prediction_source                       pred;
     cand_tree                               t_pred;
+    // Chain growth (draft_chain): the context's tail plus the chain, and each source's state for that text.
+    std::vector<token_id>                   ext;
+    std::vector<sa_match>                   chain_ds, chain_hist;
+    sa_backoff                              bo_ds, bo_hist;
+    std::vector<std::int32_t>               chain_occ;
+    std::vector<token_id>                   cands, top_buf;
+    // Per request: the weight of the context's estimate against the suffix-array sources' alone (chain_weight), and
+    // both estimates of the last chain's first candidates, to update it with the token that came next.
+    double                                  w_ctx = 0.9;  // reset() sets params.chain_w_context
+    struct first_estimate {
+        token_id t;
+        double   p_ctx, p_sa;
+    };
+    std::vector<first_estimate>             first;
 
     impl(const datastore * d, history_store * h, const drafter_params & params) :
         ds(d), history(h), p(params), ctx(params.n_match_min, params.n_match_max, params.n_context_occ_max, params.use_context),
@@ -138,12 +153,28 @@ void drafter::reset(std::span<const token_id> prompt) {
         d.cache_hist.clear();  // another snapshot: its ranges mean other things
     }
     d.pred.reset({});
+    d.w_ctx = std::clamp(d.p.chain_w_context, 0.02, 0.98);
+    d.first.clear();
     d.last = draft_stats{};
 }
 
 void drafter::accept(std::span<const token_id> tokens) {
-    impl_->ctx.append(tokens);
-    impl_->pred.append(tokens);
+    impl & d = *impl_;
+    if (!d.first.empty() && !tokens.empty()) {
+        // Bayes' rule on which estimate predicted the next token (tokens no candidate had: a small floor for both).
+        double p_ctx = 1e-3, p_sa = 1e-3;
+        for (const auto & f : d.first) {
+            if (f.t == tokens[0]) {
+                p_ctx = std::max(p_ctx, f.p_ctx);
+                p_sa  = std::max(p_sa, f.p_sa);
+            }
+        }
+        const double w = d.w_ctx * p_ctx / (d.w_ctx * p_ctx + (1 - d.w_ctx) * p_sa);
+        d.w_ctx        = std::clamp(w, 0.02, 0.98);
+    }
+    d.first.clear();
+    d.ctx.append(tokens);
+    d.pred.append(tokens);
 }
 
 void drafter::set_prediction(std::span<const token_id> prediction) {
@@ -240,6 +271,221 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
     if (stats) {
         *stats = st;
     }
+    return tree;
+}
+
+namespace {
+
+// The context source along a chain: the occurrences (end positions in the context) of its match, which grows by
+// every chain token while occurrences remain and all are known (fewer than the matcher's cap; no cap on the
+// length), else is searched for again (the longest suffix of the extended text, n_min..n_max tokens). A search
+// that finds nothing silences the source for the rest of the chain (the match at the chain's start counts as one).
+struct chain_context {
+    const context_matcher *       m;
+    std::vector<std::int32_t> &   occ;
+    int                           len = 0;
+
+    void start() {
+        len = m->match_len() >= m->n_min() ? m->match_len() : 0;
+        occ.assign(m->occurrences().begin(), m->occurrences().end());
+        if (len == 0) {
+            occ.clear();
+        }
+    }
+    void advance(token_id t, std::span<const token_id> ext) {
+        const std::span<const token_id> c = m->tokens();
+        const std::size_t               n = c.size();
+        if (len == 0) {
+            return;  // no match where it was last searched for: silent for the rest of the chain
+        }
+        if (occ.size() < m->n_occ_max()) {
+            std::size_t k = 0;
+            for (const std::int32_t p : occ) {
+                if (static_cast<std::size_t>(p) + 3 <= n && c[static_cast<std::size_t>(p) + 1] == t) {
+                    occ[k++] = p + 1;
+                }
+            }
+            occ.resize(k);
+            if (k > 0) {
+                len++;
+                return;
+            }
+        }
+        len = m->longest(ext);
+        occ.clear();
+        if (len > 0) {
+            m->find(ext.last(static_cast<std::size_t>(len)), occ);
+        }
+    }
+    std::uint64_t count(token_id t) const {
+        std::uint64_t k = 0;
+        for (const std::int32_t p : occ) {
+            k += m->tokens()[static_cast<std::size_t>(p) + 1] == t;
+        }
+        return k;
+    }
+    // The most frequent continuation (ties: the smaller token), or -1.
+    token_id top(std::vector<token_id> & buf) const {
+        buf.clear();
+        for (const std::int32_t p : occ) {
+            buf.push_back(m->tokens()[static_cast<std::size_t>(p) + 1]);
+        }
+        std::sort(buf.begin(), buf.end());
+        token_id    best = -1;
+        std::size_t n    = 0;
+        for (std::size_t i = 0; i < buf.size();) {
+            std::size_t j = i;
+            while (j < buf.size() && buf[j] == buf[i]) ++j;
+            if (j - i > n) {
+                best = buf[i];
+                n    = j - i;
+            }
+            i = j;
+        }
+        return best;
+    }
+};
+
+}  // namespace
+
+draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) {
+    impl & d = *impl_;
+    if (!d.p.chain_grow || d.pred.active()) {
+        return draft_provider::draft_chain(cap, want, room, score_min);
+    }
+    const auto         t0      = clock_type::now();
+    draft_stats        st;
+    draft_tree         tree;
+    const std::span    context = d.ctx.tokens();
+    sa_match_counters  counters;
+    d.first.clear();
+    const auto         grow  = static_cast<std::int32_t>(std::min<std::int64_t>(2 * static_cast<std::int64_t>(std::max(want, 1)), INT32_MAX));
+    const std::int32_t n_max = std::min({cap, room, grow, d.p.n_budget_max});
+    if (n_max <= 0 || context.empty()) {
+        d.last = st;
+        return tree;
+    }
+    // Every source's match for the context itself, as draft() keeps them.
+    const bool use_ds   = d.p.use_datastore && d.ds;
+    const bool use_hist = d.p.use_history && d.hsnap;
+    int        len_ds = 0, len_hist = 0;
+    if (use_ds) {
+        len_ds = d.ds_src.update(context, d.p, d.roots, counters);
+    }
+    if (use_hist) {
+        len_hist = d.hist_src.update(context, d.p, d.roots, counters);
+    }
+    if (d.p.use_context) {
+        d.ctx.update();
+    }
+    st.t_match_us = us_since(t0);
+    const std::size_t tail = std::min<std::size_t>(context.size(), static_cast<std::size_t>(d.p.n_match_max));
+    d.ext.assign(context.end() - static_cast<std::ptrdiff_t>(tail), context.end());
+    d.chain_ds   = d.ds_src.matches;
+    d.chain_hist = d.hist_src.matches;
+    backoff_params bp;
+    bp.n_min        = d.p.n_match_min;
+    bp.n_confident  = d.p.backoff_confident;
+    bp.n_levels_max = d.p.backoff_levels;
+    bp.scan_max     = d.p.scan_max;
+    backoff_params bp_ds = bp, bp_hist = bp;
+    bp_ds.alpha   = d.p.alpha_datastore;
+    bp_hist.alpha = d.p.alpha_history;
+    auto set_levels = [&](sa_backoff & bo, const sa_source & src, std::span<const sa_match> ms, int len,
+                          const backoff_params & b, std::vector<sa_bigram_memo> & memos) {
+        bo.set(src.shards, ms, len, d.ext, b, memos);
+    };
+    if (use_ds) set_levels(d.bo_ds, d.ds_src, d.chain_ds, len_ds, bp_ds, d.ds_src.memos);
+    if (use_hist) set_levels(d.bo_hist, d.hist_src, d.chain_hist, len_hist, bp_hist, d.hist_src.memos);
+    chain_context cc{&d.ctx, d.chain_occ};
+    if (d.p.use_context) cc.start();
+    st.match_len_datastore   = use_ds ? len_ds : 0;
+    st.match_count_datastore = use_ds && d.bo_ds.n_levels() ? d.bo_ds.count() : 0;
+    st.match_len_history     = use_hist ? len_hist : 0;
+    st.match_count_history   = use_hist && d.bo_hist.n_levels() ? d.bo_hist.count() : 0;
+    st.match_len_context     = cc.len;
+    st.match_count_context   = cc.occ.size();
+
+    // The longest match of the extended text in a suffix-array source, searched for from scratch (a chain's levels
+    // died); the lengths found, >= n_match_min, or 0.
+    auto search_sa = [&](const sa_source & src, std::vector<sa_match> & ms, std::vector<sa_bigram_memo> & memos) {
+        int best = 0;
+        for (std::size_t i = 0; i < src.shards.size(); ++i) {
+            ms[i] = sa_match{};
+            sa_match_update(src.shards[i], ms[i], d.ext, 0, d.p.n_match_max, &counters, &memos[i]);
+            best = std::max(best, ms[i].len);
+        }
+        return best >= std::max(d.p.n_match_min, 1) ? best : 0;
+    };
+    double score = 1.0;
+    for (std::int32_t i = 0; i < n_max; ++i) {
+        d.cands.clear();
+        if (use_ds) d.bo_ds.candidates(d.cands, d.x_ds);
+        if (use_hist) d.bo_hist.candidates(d.cands, d.x_hist);
+        if (cc.len > 0) {
+            const token_id t = cc.top(d.top_buf);
+            if (t >= 0 && std::find(d.cands.begin(), d.cands.end(), t) == d.cands.end()) d.cands.push_back(t);
+        }
+        token_id     best   = -1;
+        double       best_p = 0;
+        std::uint8_t mask   = 0;
+        for (const token_id t : d.cands) {
+            const double p_ds   = use_ds ? d.p.weight_datastore * d.bo_ds.prob(t) : 0.0;
+            const double p_hist = use_hist ? d.p.weight_history * d.bo_hist.prob(t) : 0.0;
+            // The context's counts with the suffix-array sources' estimate as their prior (alpha_context
+            // pseudo-occurrences of it), mixed with that estimate alone by the request's learned weight.
+            const double prior = std::max(p_ds, p_hist);
+            const double c_ctx = cc.len > 0 ? static_cast<double>(cc.count(t)) : 0.0;
+            const double p_mix = cc.len > 0 ? d.p.weight_context * (c_ctx + d.p.alpha_context * prior) /
+                                                  (static_cast<double>(cc.occ.size()) + d.p.alpha_context)
+                                            : prior;
+            const double p = d.w_ctx * p_mix + (1 - d.w_ctx) * prior;
+            if (i == 0 && cc.len > 0) d.first.push_back({t, p_mix, prior});
+            if (p > best_p || (p == best_p && p > 0 && t < best)) {
+                best   = t;
+                best_p = p;
+                mask   = static_cast<std::uint8_t>((p_ds > 0 ? static_cast<int>(draft_source::datastore) : 0) |
+                                                   (p_hist > 0 ? static_cast<int>(draft_source::history) : 0) |
+                                                   (c_ctx > 0 ? static_cast<int>(draft_source::context) : 0));
+            }
+        }
+        if (best < 0 || best_p <= 0 || score * best_p < score_min) {
+            break;
+        }
+        score *= best_p;
+        tree.add(best, i - 1, static_cast<float>(score), mask);
+        if (i + 1 == n_max) {
+            break;
+        }
+        d.ext.push_back(best);
+        // Every level grows by the token (no search); where none is left the longest match is searched for again
+        // and the levels are chosen anew (sa-backoff.h); a search that finds nothing (the one at the chain's start
+        // included) silences the source for the rest of the chain.
+        auto advance_levels = [&](sa_backoff & bo, sa_source & src, std::vector<sa_match> & ms, int & len,
+                                  const backoff_params & b) {
+            if (len == 0) {
+                return;  // the last search found nothing: silent for the rest of the chain
+            }
+            bo.advance(best);
+            if (bo.n_levels() == 0) {
+                len = search_sa(src, ms, src.memos);
+                set_levels(bo, src, ms, len, b, src.memos);
+            }
+        };
+        if (use_ds) advance_levels(d.bo_ds, d.ds_src, d.chain_ds, len_ds, bp_ds);
+        if (use_hist) advance_levels(d.bo_hist, d.hist_src, d.chain_hist, len_hist, bp_hist);
+        if (d.p.use_context) cc.advance(best, d.ext);
+    }
+    for (const std::uint8_t m : tree.sources) {
+        st.n_nodes_datastore += (m & static_cast<std::uint8_t>(draft_source::datastore)) != 0;
+        st.n_nodes_context += (m & static_cast<std::uint8_t>(draft_source::context)) != 0;
+        st.n_nodes_history += (m & static_cast<std::uint8_t>(draft_source::history)) != 0;
+    }
+    st.n_extend    = counters.n_extend;
+    st.n_find      = counters.n_find;
+    st.t_draft_us  = us_since(t0);
+    st.t_select_us = st.t_draft_us - st.t_match_us;
+    d.last         = st;
     return tree;
 }
 

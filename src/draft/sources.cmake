@@ -4,6 +4,7 @@ set(REST_DRAFT_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/drafter.cpp
     ${CMAKE_CURRENT_LIST_DIR}/history-store.cpp
     ${CMAKE_CURRENT_LIST_DIR}/prediction-source.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/sa-backoff.cpp
     ${CMAKE_CURRENT_LIST_DIR}/sa-search.cpp
     ${CMAKE_CURRENT_LIST_DIR}/tree-expand.cpp
     ${CMAKE_CURRENT_LIST_DIR}/tree-merge.cpp
