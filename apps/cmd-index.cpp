@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -69,6 +71,20 @@ std::string escape(const std::string & s) {
         }
     }
     return out;
+}
+
+// Two appends (or an append and a compact) of one index would each rename their file over it, and the last would
+// drop the other's documents: each holds an exclusive lock on INDEX.lock while it runs (released when it exits).
+void lock_index(const std::string & path) {
+    const std::string lock = path + ".lock";
+    const int         fd   = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        throw rest::user_error("cannot create lock file '" + lock + "': " + std::strerror(errno));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        ::close(fd);
+        throw rest::user_error("index '" + path + "' is being appended to or compacted by another process (" + lock + ")");
+    }
 }
 
 // The temp file of the build in progress, removed if the build is interrupted (the builder removes it on errors).
@@ -232,6 +248,7 @@ void run_build(const build_args & a) {
     std::uint64_t base_docs = 0, base_tokens = 0;
     if (a.append) {
         const auto base = rest::datastore::open(a.output);  // one-line error for a missing or bad index
+        lock_index(a.output);
         base_docs       = base->info().n_documents;
         base_tokens     = base->info().n_tokens;
         p.index.base    = a.output;
@@ -288,6 +305,7 @@ void run_build(const build_args & a) {
 void run_compact(const std::string & path, std::uint64_t shard_tokens) {
     const auto t0     = clock_type::now();
     const auto before = rest::datastore::open(path)->info();
+    lock_index(path);
     rest::index_builder_params p;
     p.n_shard_tokens_max = shard_tokens;
     std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(path).c_str());
@@ -435,9 +453,12 @@ void add_corpus_options(CLI::App * cmd, build_args & b) {
                     "rendered with the model's chat template")
         ->check(CLI::IsMember({"text", "jsonl", "chat"}))
         ->capture_default_str();
+    // One value per use (allow_extra_args false): a list option would otherwise swallow the inputs after it.
     cmd->add_option("--field", b.fields, "jsonl: dotted path to a string, a list of strings, or a list of "
-                                         "token ids taken as is (repeatable; default text)");
-    cmd->add_option("--include", b.include, "Glob on file names when walking directories, e.g. '*.py' (repeatable)");
+                                         "token ids taken as is (repeatable; default text)")
+        ->allow_extra_args(false);
+    cmd->add_option("--include", b.include, "Glob on file names when walking directories, e.g. '*.py' (repeatable)")
+        ->allow_extra_args(false);
     cmd->add_flag("--split-paragraphs", b.split_paragraphs, "text: blank-line-separated paragraphs are documents");
     cmd->add_option("-t,--threads", b.n_threads, "Tokenizer threads (0: all)")->capture_default_str();
     cmd->add_option("--shard-tokens", b.shard_tokens,

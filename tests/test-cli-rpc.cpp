@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -68,7 +69,8 @@ class rpc_server {
     rpc_server(const rpc_server &)             = delete;
     rpc_server & operator=(const rpc_server &) = delete;
 
-    bool        up() const { return pid_ > 0 && port_open(port_); }
+    // Alive (not some other process on the port) and listening.
+    bool up() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0 && port_open(port_); }
     std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
     void        kill() {
         if (pid_ > 0) {
@@ -109,7 +111,13 @@ class rpc_cli : public rest_test::cli_test {
 };
 
 TEST_F(rpc_cli, remote_layers_give_the_local_output_and_the_local_M) {
+    // Where the local CPU backend repacks a type's weights (Q4_0 on x86; Q8_0 too on ARM with dotprod) and an
+    // rpc-server does not, the two sum in another order and greedy tokens may drift: only these types compare.
+#if defined(__x86_64__)
     for (const char * type : {"f32", "q8_0"}) {
+#else
+    for (const char * type : {"f32"}) {
+#endif
         rest::fixture_params p;
         p.type             = type;
         p.n_layer          = 4;  // two layers on each server
@@ -155,14 +163,22 @@ TEST_F(rpc_cli, a_server_lost_mid_run_ends_with_one_line) {
         std::ofstream out(many);
         for (int i = 0; i < 2000; ++i) out << nlohmann::json{{"prompt", "story " + std::to_string(i)}}.dump() << "\n";
     }
+    // Killed once the run is surely under way: rest's probe and its real connection both accepted.
     std::thread killer([this] {
-        std::this_thread::sleep_for(std::chrono::seconds(1));
+        for (int i = 0; i < 1200; ++i) {
+            const std::string log = rest_test::slurp(dir_ + "/server-b.log");
+            size_t n = 0;
+            for (size_t at = log.find("Accepted client"); at != std::string::npos; at = log.find("Accepted client", at + 1)) ++n;
+            if (n >= 2) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
         b_->kill();
     });
     const auto r = run("generate -m " + shell_quote(model) + " -f " + shell_quote(many) + " -n 64 -t 1 --no-spec" + rpc_);
     killer.join();
     EXPECT_TRUE(r.one_line_error()) << "code " << r.code << " stderr: " << r.err;
-    EXPECT_NE(r.err.find("RPC"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("RPC server"), std::string::npos) << r.err;  // llama.cpp's message, not the probe's
 }
 
 }  // namespace

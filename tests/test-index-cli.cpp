@@ -158,6 +158,25 @@ TEST_F(index_cli, flipped_byte_caught_by_verify) {
     expect_one_line_error(run("index verify " + shell_quote(bad)), {"flipped.idx", "shard 0 text", "checksum"});
 }
 
+// --field and --include take one value each: the inputs after them stay inputs (CLI11 list options would take them).
+TEST_F(index_cli, list_options_do_not_swallow_inputs) {
+    const std::string a = write("a.jsonl", "{\"text\": \"first document\"}\n");
+    const std::string b = write("b.jsonl", "{\"text\": \"second document\"}\n");
+    const std::string idx = dir_ + "/two.idx";
+    const run_result  r   = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(idx) +
+                                " --format jsonl --field text " + shell_quote(a) + " " + shell_quote(b));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("indexed 2 documents"), std::string::npos) << r.out;
+    fs::create_directories(dir_ + "/d1");
+    fs::create_directories(dir_ + "/d2");
+    write("d1/x.py", "x = 1\n");
+    write("d2/y.py", "y = 2\n");
+    const run_result g = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(idx) + " --include '*.py' " +
+                             shell_quote(dir_ + "/d1") + " " + shell_quote(dir_ + "/d2"));
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_NE(g.out.find("indexed 2 documents"), std::string::npos) << g.out;
+}
+
 // append adds documents as a new shard (same options as build), compact merges the shards; bad targets are one line.
 TEST_F(index_cli, append_then_compact) {
     const std::string idx = build_good();

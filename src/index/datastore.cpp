@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace rest {
 
@@ -248,6 +249,14 @@ std::unique_ptr<datastore> datastore::open(const std::vector<std::string> & path
     }
     if (paths.empty()) {
         throw user_error("no index given");
+    }
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        for (std::size_t j = 0; j < i; ++j) {
+            std::error_code e1;
+            if (paths[i] == paths[j] || std::filesystem::equivalent(paths[i], paths[j], e1)) {
+                throw user_error("index '" + paths[i] + "' is given twice (its counts would count double)");
+            }
+        }
     }
     std::vector<std::unique_ptr<datastore>> parts;
     for (const auto & p : paths) parts.push_back(open(p, expected_fingerprint, expected_description));

@@ -85,25 +85,52 @@ struct index_builder::impl {
         }
     }
 
-    // Append: the base's shards, verified, then copied unchanged (their checksums still hold) at new offsets. The
-    // base stays as it was until finish() renames the new file over it; readers that have it open keep their inode.
+    // Append: the base's shards copied unchanged (their checksums still hold) at new offsets, each section checked
+    // against its checksum on the way, so nothing corrupt is copied. Everything is read from one mapping whose own
+    // header and table are checked here: datastore::open (for its one-line errors) maps the path separately, and
+    // another file may be renamed over it in between. The base stays as it was until finish() renames the new file
+    // over it; readers that have it open keep their inode.
     void copy_shards_of(const std::string & base) {
-        const auto ds = datastore::open(base, tok.fingerprint, tok.description);
+        const file_mapping map(base);
+        const auto         ds = datastore::open(base, tok.fingerprint, tok.description);
         if (ds->info().n_vocab != tok.n_vocab || ds->info().token_width != token_width) {
             throw user_error("index '" + base + "' has a " + std::to_string(ds->info().n_vocab) +
                              "-token vocabulary, the tokenizer " + std::to_string(tok.n_vocab));
         }
-        ds->verify();  // copy nothing corrupt: its checksums would vouch for it
-        const file_mapping map(base);
-        fmt::file_header   hd;
-        std::memcpy(&hd, map.data(), sizeof(hd));  // validated by datastore::open
+        const auto changed = [&base](const std::string & what) {
+            throw user_error("index '" + base + "' changed while being appended to, or is corrupt (" + what + ")");
+        };
+        const auto in_map = [&map](std::uint64_t off, std::uint64_t bytes) {
+            return off <= map.size() && bytes <= map.size() - off;
+        };
+        fmt::file_header hd;
+        if (map.size() < fmt::k_header_bytes) changed("header");
+        std::memcpy(&hd, map.data(), sizeof(hd));
+        if (XXH3_64bits(&hd, offsetof(fmt::file_header, header_checksum)) != hd.header_checksum ||
+            hd.file_bytes != map.size() || hd.tokenizer_fingerprint != tok.fingerprint || hd.n_vocab != tok.n_vocab ||
+            !in_map(hd.table_offset, std::uint64_t(hd.n_shards) * sizeof(fmt::shard_entry))) {
+            changed("header");
+        }
         std::vector<fmt::shard_entry> table(hd.n_shards);
         std::memcpy(table.data(), map.data() + hd.table_offset, table.size() * sizeof(fmt::shard_entry));
+        if (XXH3_64bits(table.data(), table.size() * sizeof(fmt::shard_entry)) != hd.table_checksum) {
+            changed("shard table");
+        }
         const std::uint64_t bucket_bytes = fmt::n_buckets_for(tok.n_vocab) * 4;
+        const auto copy = [&](const char * what, std::uint64_t off, std::uint64_t bytes, std::uint64_t sum) {
+            if (!in_map(off, bytes)) changed(std::string(what) + " out of the file");
+            const std::uint64_t at = out.size();
+            if (copy_section(map.data() + off, bytes) != sum) changed(std::string(what) + " checksum");
+            return at;
+        };
         for (fmt::shard_entry e : table) {
-            e.text_offset   = copy_section(map.data() + e.text_offset, e.n_text * token_width);
-            e.sa_offset     = copy_section(map.data() + e.sa_offset, e.n_sa * 4);
-            e.bucket_offset = copy_section(map.data() + e.bucket_offset, bucket_bytes);
+            if (e.n_text > UINT32_MAX || e.n_sa > e.n_text) changed("shard sizes");
+            out.pad_to(fmt::k_section_align);
+            e.text_offset = copy("text", e.text_offset, e.n_text * token_width, e.text_checksum);
+            out.pad_to(fmt::k_section_align);
+            e.sa_offset = copy("suffix array", e.sa_offset, e.n_sa * 4, e.sa_checksum);
+            out.pad_to(fmt::k_section_align);
+            e.bucket_offset = copy("first-token table", e.bucket_offset, bucket_bytes, e.bucket_checksum);
             shards.push_back(e);
             progress(build_phase::write, shards.size(), table.size());
         }
@@ -111,13 +138,15 @@ struct index_builder::impl {
         n_tokens    = hd.n_tokens;
     }
 
+    // Appends bytes at the current end; returns their xxh3.
     std::uint64_t copy_section(const std::uint8_t * p, std::uint64_t bytes) {
-        out.pad_to(fmt::k_section_align);
-        const std::uint64_t at = out.size();
+        xxh3_stream h;
         for (std::uint64_t off = 0; off < bytes; off += 64u << 20) {
-            out.write(p + off, static_cast<std::size_t>(std::min<std::uint64_t>(64u << 20, bytes - off)));
+            const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(64u << 20, bytes - off));
+            h.update(p + off, k);
+            out.write(p + off, k);
         }
-        return at;
+        return h.digest();
     }
 
     void progress(build_phase phase, std::uint64_t done, std::uint64_t total) const {

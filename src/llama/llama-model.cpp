@@ -110,9 +110,12 @@ std::unique_ptr<model> model::load(const std::string & path, std::int32_t n_gpu_
     llama_ensure_backend();
     llama_check_gguf_file(path);
     if (!rpc_servers.empty()) {
-        llama_add_rpc_servers(parse_rpc_servers(rpc_servers));
+        const auto endpoints = parse_rpc_servers(rpc_servers);  // a malformed list is an error either way
         if (n_gpu_layers == 0) {
+            // Not connected: a connection would hold each server's only client slot for nothing.
             std::fprintf(stderr, "rest: warning: --rpc without -ngl puts no layers on the servers (-ngl 99: all)\n");
+        } else {
+            llama_add_rpc_servers(endpoints);
         }
     }
     llama_model_params mp = llama_model_default_params();

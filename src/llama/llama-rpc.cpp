@@ -9,7 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <thread>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +35,9 @@ void split_endpoint(const std::string & ep, std::string & host, std::string & po
     for (char c : port) digits = digits && c >= '0' && c <= '9';
     if (host.empty() || !digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
         throw user_error("--rpc: '" + ep + "' is not HOST:PORT");
+    }
+    if (host.find(':') != std::string::npos) {  // llama.cpp splits at the first colon: no IPv6 literals
+        throw user_error("--rpc: '" + ep + "': IPv6 addresses are not supported by llama.cpp's RPC; use a host name");
     }
 }
 
@@ -67,15 +74,56 @@ bool can_connect(const std::string & ep, std::string & why) {
 }
 
 // llama.cpp aborts on a lost RPC connection (GGML_ABORT in ggml-rpc.cpp); say so on one line and exit, rather
-// than dump a core with a backtrace, since nothing the process holds can be recovered without its layers.
+// than dump a core with a backtrace, since nothing the process holds can be recovered without its layers. Other
+// aborts (bugs) go on to abort() as before, with their backtrace.
 void on_ggml_abort(const char * message) {
     std::string m = message ? message : "";
+    if (m.find("ggml-rpc") == std::string::npos && m.find("RPC") == std::string::npos) {
+        return;
+    }
+    static std::atomic<bool> said{false};  // two dispatcher threads may both fail
+    if (said.exchange(true)) {
+        _exit(1);
+    }
     while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
     for (char & c : m) c = c == '\n' ? ' ' : c;
     std::fprintf(stderr, "rest: error: llama.cpp stopped: %s (an RPC server went away?)\n", m.c_str());
     std::fflush(stderr);
     _exit(1);
 }
+
+// An rpc-server serves one client at a time: a busy one accepts the TCP connection (the kernel's backlog) and then
+// never answers llama.cpp's handshake, which waits forever. A watchdog turns that wait into a one-line error.
+class handshake_watchdog {
+  public:
+    explicit handshake_watchdog(const std::string & ep) :
+        thread_([this, ep] {
+            std::unique_lock<std::mutex> lock(mutex_);
+            if (!cv_.wait_for(lock, std::chrono::seconds(k_handshake_timeout_s), [this] { return done_; })) {
+                std::fprintf(stderr,
+                             "rest: error: --rpc: %s accepted the connection but did not answer in %d s (an rpc-server "
+                             "serves one client at a time: is another process using it?)\n",
+                             ep.c_str(), k_handshake_timeout_s);
+                std::fflush(stderr);
+                _exit(1);
+            }
+        }) {}
+    ~handshake_watchdog() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            done_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+
+  private:
+    static constexpr int    k_handshake_timeout_s = 20;
+    std::mutex              mutex_;
+    std::condition_variable cv_;
+    bool                    done_ = false;
+    std::thread             thread_;
+};
 
 }  // namespace
 
@@ -115,7 +163,11 @@ void llama_add_rpc_servers(const std::vector<std::string> & endpoints) {
         // ggml-rpc writes to its sockets without MSG_NOSIGNAL: a server that went away would kill the process with
         // SIGPIPE, silently. Ignored, the write fails and llama.cpp aborts through on_ggml_abort with its reason.
         std::signal(SIGPIPE, SIG_IGN);
-        ggml_backend_reg_t reg = add(ep.c_str());
+        ggml_backend_reg_t reg = nullptr;
+        {
+            handshake_watchdog watchdog(ep);
+            reg = add(ep.c_str());
+        }
         if (!reg) {
             throw user_error("--rpc: " + ep + " reports no devices");
         }
