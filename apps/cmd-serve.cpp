@@ -61,6 +61,10 @@ void add_serve_command(CLI::App & root) {
     auto   p   = std::make_shared<server_params>();
     cmd->add_option("-m,--model", p->model_path, "GGUF model")->required();
     add_index_option(cmd, p->index_paths);
+    cmd->add_option("--corpus-dir", p->corpus_dir,
+                    "Named corpora (POST/GET /v1/corpora, DELETE /v1/corpora/NAME), kept here as NAME.idx and "
+                    "reloaded at start; a request's `corpus` field picks which draft for it (default: all, with "
+                    "the --index files, named by their file stem)");
     cmd->add_option("--alias", p->alias, "Model id reported by the API (default: the model file's stem)");
     cmd->add_option("--host", p->host, "Address to bind (loopback by default)")->capture_default_str();
     cmd->add_option("--port", p->port, "Port (0: any free port, printed on stdout)")->capture_default_str();

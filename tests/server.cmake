@@ -8,6 +8,8 @@ rest_add_test(test-server-chat SOURCES test-server-chat.cpp LIBS rest-server lla
 rest_add_test(test-server-api SOURCES test-server-api.cpp LIBS rest-server LABELS server TIMEOUT 240)
 rest_add_test(test-server-lifecycle SOURCES test-server-lifecycle.cpp LIBS rest-server LABELS server TIMEOUT 240)
 rest_add_test(test-server-history SOURCES test-server-history.cpp LIBS rest-server LABELS server TIMEOUT 240)
+rest_add_test(test-server-corpora SOURCES test-server-corpora.cpp LIBS rest-server LABELS server TIMEOUT 240)
+add_dependencies(test-server-corpora rest-cli)
 add_dependencies(test-server-api rest-cli)
 add_dependencies(test-server-lifecycle rest-cli)
 add_dependencies(test-server-history rest-cli)

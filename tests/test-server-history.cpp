@@ -87,11 +87,6 @@ double wait_for_saved(const std::string & path, std::uint64_t n_documents, doubl
     }
 }
 
-std::string stories_model() {
-    const std::string data = shared_data();
-    return data.empty() ? "" : data + "/models/stories260K.gguf";
-}
-
 std::vector<std::string> serve_args(const std::string & model, const std::string & store,
                                     const std::string & interval) {
     // --draft-fixed: no cost calibration at start-up, which these tests do not need.

@@ -178,6 +178,7 @@ class client {
     explicit client(int port, std::string key = "") : port_(port), key_(std::move(key)) {}
 
     http_reply get(const std::string & path) const { return call("GET", path, ""); }
+    http_reply del(const std::string & path) const { return call("DELETE", path, ""); }
     http_reply post(const std::string & path, const std::string & body) const { return call("POST", path, body); }
     http_reply post(const std::string & path, const nlohmann::json & body) const { return post(path, body.dump()); }
 
@@ -236,8 +237,9 @@ class client {
     http_reply call(const std::string & method, const std::string & path, const std::string & body) const {
         httplib::Client cli("127.0.0.1", port_);
         cli.set_read_timeout(120, 0);
-        httplib::Result r = method == "GET" ? cli.Get(path.c_str(), headers())
-                                            : cli.Post(path.c_str(), headers(), body, "application/json");
+        httplib::Result r = method == "GET"      ? cli.Get(path.c_str(), headers())
+                            : method == "DELETE" ? cli.Delete(path.c_str(), headers())
+                                                 : cli.Post(path.c_str(), headers(), body, "application/json");
         http_reply out;
         if (!r) {
             return out;
@@ -255,6 +257,12 @@ class client {
     int         port_;
     std::string key_;
 };
+
+// stories260K's path in ../shared/data, or "" without the data.
+inline std::string stories_model() {
+    const std::string data = shared_data();
+    return data.empty() ? "" : data + "/models/stories260K.gguf";
+}
 
 // A suite's one `rest serve` on stories260K (../shared/data), started once for the suite with Suite::server_args()
 // after `-m MODEL`; its tests skip visibly (Skipped in CTest) without the data.

@@ -35,6 +35,7 @@ struct engine::slot {
     std::shared_ptr<job>                 j;
     rest::request                        req;
     std::unique_ptr<rest::token_sampler> sampler;
+    std::shared_ptr<const rest::datastore> ds;  // the request's corpora; declared before the drafter that uses it
     std::unique_ptr<rest::drafter>       drafter;
     text_stream                          text;
     logprob_cursor                       sent;  // log probabilities already published
@@ -44,10 +45,10 @@ struct engine::slot {
     double                               t_last_tokens_us = 0;  // when a step last gave it tokens (0: never)
 };
 
-engine::engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
+engine::engine(const rest::model & model, rest::target_model & ctx, const corpus_set * corpora,
                rest::history_store * history, rest::budget_policy * policy, const engine_params & params,
                server_metrics & metrics) :
-    model_(model), ctx_(ctx), ds_(ds), history_(history), params_(params), metrics_(metrics) {
+    model_(model), ctx_(ctx), corpora_(corpora), history_(history), params_(params), metrics_(metrics) {
     decoder_ = std::make_unique<rest::decoder>(ctx_, policy);
     batch_   = std::make_unique<rest::slot_batch>(*decoder_, ctx_.n_slots(), ctx_.n_rows_max(), params_.pacing);
     for (std::int32_t i = 0; i < ctx_.n_slots(); ++i) {
@@ -118,12 +119,14 @@ void engine::begin(slot & s, std::shared_ptr<job> j) {
     s.sent       = {};
     s.sampler    = model_.new_sampler(in.sampling);
     s.drafter.reset();
+    s.ds.reset();
     const bool speculate = params_.speculate && params_.n_draft_max > 0 && in.speculate && in.n_draft_max != 0;
     if (speculate) {
         rest::drafter_params dp = params_.draft;
-        dp.use_datastore        = dp.use_datastore && ds_ != nullptr;
+        s.ds                    = corpora_ ? corpora_->select(in.corpora) : nullptr;
+        dp.use_datastore        = dp.use_datastore && s.ds != nullptr;
         dp.use_history          = dp.use_history && history_ != nullptr;
-        s.drafter = std::make_unique<rest::drafter>(ds_, dp.use_history ? history_ : nullptr, dp);
+        s.drafter = std::make_unique<rest::drafter>(s.ds.get(), dp.use_history ? history_ : nullptr, dp);
     }
     std::int32_t cap = params_.n_draft_max;
     if (in.n_draft_max >= 0) {

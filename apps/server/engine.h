@@ -8,6 +8,7 @@
 #pragma once
 
 #include "background-queue.h"
+#include "corpora.h"
 #include "job.h"
 #include "metrics.h"
 
@@ -47,7 +48,8 @@ struct engine_load {
 class engine {
   public:
     // Everything passed in must outlive the engine. The context's slots are the engine's slots.
-    engine(const rest::model & model, rest::target_model & ctx, const rest::datastore * ds,
+    // corpora: what requests draft from (may be null: none).
+    engine(const rest::model & model, rest::target_model & ctx, const corpus_set * corpora,
            rest::history_store * history, rest::budget_policy * policy, const engine_params & params,
            server_metrics & metrics);
     ~engine();
@@ -90,7 +92,7 @@ class engine {
 
     const rest::model &                  model_;
     rest::target_model &                 ctx_;
-    const rest::datastore *              ds_;
+    const corpus_set *                   corpora_;
     rest::history_store *                history_;
     engine_params                        params_;
     server_metrics &                     metrics_;

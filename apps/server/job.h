@@ -28,6 +28,7 @@ struct job_input {
     std::int32_t                n_draft_max = -1; // per-request cap (-1: the server's)
     std::int32_t                n_logprobs  = -1; // >= 0: log probabilities with this many alternatives
     std::vector<rest::token_id> prediction;       // the predicted output, tokenized (drafts only)
+    std::vector<std::string>    corpora;          // the corpora to draft from (rest's `corpus` field); empty: all
 };
 
 // A completion token's log probability as a response shows it: its text piece, and the most likely alternatives.

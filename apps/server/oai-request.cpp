@@ -95,6 +95,24 @@ void require_default(const json & body, const char * key, const json & ok, const
     throw bad_request("'" + std::string(key) + "' is not supported: " + why, key, "unsupported_parameter");
 }
 
+// `corpus`: a name or a non-empty list of names (SGLang's open request; rest's extension).
+std::vector<std::string> get_corpus(const json & body) {
+    const json * v = find(body, "corpus");
+    if (!v) return {};
+    std::vector<std::string> out;
+    if (v->is_string()) {
+        out.push_back(v->get<std::string>());
+    } else if (v->is_array() && !v->empty() && v->size() <= 64) {
+        for (const auto & s : *v) {
+            if (!s.is_string()) wrong_type("corpus", "a corpus name or a list of names", s);
+            out.push_back(s.get<std::string>());
+        }
+    } else {
+        wrong_type("corpus", "a corpus name or a non-empty list of at most 64 names", *v);
+    }
+    return out;
+}
+
 std::vector<std::string> get_stop(const json & body) {
     const json * v = find(body, "stop");
     std::vector<std::string> out;
@@ -279,7 +297,7 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
         "stream_options", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n", "user",
-        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens", "cache_prompt"};
+        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens", "cache_prompt", "corpus"};
     static const std::set<std::string> completion_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {
         "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
@@ -380,5 +398,6 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     spec.cache_prompt  = get_bool(body, "cache_prompt", true);
     spec.draft_max     = (std::int32_t) get_int(body, "draft_max", -1, 0, 256);
     spec.return_tokens = get_bool(body, "return_tokens", false);
+    spec.corpora       = get_corpus(body);
     return spec;
 }

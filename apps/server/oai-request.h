@@ -48,6 +48,7 @@ struct completion_spec {
     bool         cache_prompt  = true;
     std::int32_t draft_max     = -1;     // per-request cap on draft nodes per step (-1: server default)
     bool         return_tokens = false;  // add the generated token ids to the `rest` object
+    std::vector<std::string> corpora;    // `corpus`: a name or a list of names of corpora to draft from (none: all)
 };
 
 // Throws api_error (400) naming the offending field.

@@ -30,6 +30,11 @@ std::shared_ptr<job> submit(server_state & st, const completion_spec & spec) {
     if (st.draining.load()) {
         throw api_error(503, "the server is shutting down", "server_error", "", "shutting_down");
     }
+    try {
+        st.corpora.check(spec.corpora);
+    } catch (const corpus_error & e) {
+        throw bad_request(e.what(), "corpus", "unknown_corpus");
+    }
     auto j = std::make_shared<job>(prepare_job(spec, st.model.vocab(), st.chat, st.limits));
     switch (st.eng.submit(j)) {
         case engine::submit_result::ok:

@@ -13,3 +13,5 @@ void add_completion_routes(httplib::Server & svr, server_state & st);
 void add_token_routes(httplib::Server & svr, server_state & st);
 // GET /health, GET /v1/models, GET /metrics, POST and GET /v1/corpus
 void add_info_routes(httplib::Server & svr, server_state & st);
+// POST, GET /v1/corpora and DELETE /v1/corpora/NAME: named corpora (corpora.h).
+void add_corpora_routes(httplib::Server & svr, server_state & st);

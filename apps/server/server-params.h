@@ -9,6 +9,7 @@
 struct server_params {
     std::string model_path;
     std::vector<std::string> index_paths;  // none: no datastore; several: used as one
+    std::string corpus_dir;             // named corpora (POST /v1/corpora), one index file each; "": none
     std::string alias;                  // model id in /v1/models and responses ("": the model file's stem)
     std::string host = "127.0.0.1";     // loopback unless the user asks otherwise
     int         port = 8080;            // 0: any free port (printed on stdout)

@@ -62,5 +62,6 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
     in.cache_prompt = spec.cache_prompt;
     in.n_draft_max = spec.draft_max;  // the engine caps it by the server's
     in.n_logprobs  = spec.logprobs;
+    in.corpora     = spec.corpora;
     return in;
 }

@@ -2,6 +2,7 @@
 // Owned by `server` (server.h); routes hold a reference for the server's lifetime.
 #pragma once
 
+#include "corpora.h"
 #include "engine.h"
 #include "metrics.h"
 #include "server-params.h"
@@ -20,7 +21,8 @@ struct server_state {
     const server_params &   params;
     const rest::model &     model;
     const rest::chat_template & chat;  // renders chat requests and POST /apply-template
-    const rest::datastore * datastore;  // may be null
+    const rest::datastore * datastore;  // the --index files as one; may be null
+    corpus_set &            corpora;    // named corpora: the --index files and --corpus-dir's
     rest::history_store &   history;
     engine &                eng;
     server_metrics &        metrics;

@@ -80,6 +80,7 @@ struct server::impl {
     std::unique_ptr<rest::model>         model;
     std::unique_ptr<rest::chat_template> chat;
     std::unique_ptr<rest::datastore>     datastore;
+    std::unique_ptr<corpus_set>          corpora;
     std::unique_ptr<rest::history_store> history;
     std::unique_ptr<history_persist>     persist;  // null without --history-file; declared after history, which it saves
     std::unique_ptr<rest::target_model>  ctx;
@@ -112,6 +113,7 @@ server::impl::impl(const server_params & p) : params(p) {
     model            = rest::model::load(p.model_path, p.n_gpu_layers, p.rpc_servers);
     const auto & tok = model->vocab();
     chat             = open_chat_template(p, *model);
+    corpora = std::make_unique<corpus_set>(p.index_paths, p.corpus_dir, tok);
     if (!p.index_paths.empty()) {
         datastore = rest::datastore::open(p.index_paths, tok.fingerprint(), tok.description());
     }
@@ -140,10 +142,10 @@ server::impl::impl(const server_params & p) : params(p) {
     ep.n_draft_max       = budget.n_cap;
     ep.queue_max         = p.queue_max;
     ep.pacing.gap_ratio  = p.prefill_gap;
-    eng = std::make_unique<engine>(*model, *ctx, datastore.get(), history.get(), policy.get(), ep, metrics);
+    eng = std::make_unique<engine>(*model, *ctx, corpora.get(), history.get(), policy.get(), ep, metrics);
 
     std::string id = p.alias.empty() ? std::filesystem::path(p.model_path).stem().string() : p.alias;
-    state = std::unique_ptr<server_state>(new server_state{p, *model, *chat, datastore.get(), *history, *eng, metrics, id,
+    state = std::unique_ptr<server_state>(new server_state{p, *model, *chat, datastore.get(), *corpora, *history, *eng, metrics, id,
                                                            (std::int64_t) std::time(nullptr), {}});
     state->limits.n_ctx_slot        = ctx->n_ctx_slot();
     state->limits.n_predict_default = p.n_predict;
@@ -216,6 +218,7 @@ void server::impl::setup_http() {
     add_completion_routes(http, *state);
     add_info_routes(http, *state);
     add_token_routes(http, *state);
+    add_corpora_routes(http, *state);
 
     if (params.port == 0) {
         port = http.bind_to_any_port(params.host);

@@ -6,6 +6,7 @@ pkg_check_modules(REST_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 add_library(rest-server STATIC
     ${CMAKE_CURRENT_LIST_DIR}/conn-probe.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/corpora.cpp
     ${CMAKE_CURRENT_LIST_DIR}/engine.cpp
     ${CMAKE_CURRENT_LIST_DIR}/history-persist.cpp
     ${CMAKE_CURRENT_LIST_DIR}/http-util.cpp
@@ -14,6 +15,7 @@ add_library(rest-server STATIC
     ${CMAKE_CURRENT_LIST_DIR}/oai-request.cpp
     ${CMAKE_CURRENT_LIST_DIR}/oai-response.cpp
     ${CMAKE_CURRENT_LIST_DIR}/routes-completion.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/routes-corpora.cpp
     ${CMAKE_CURRENT_LIST_DIR}/routes-info.cpp
     ${CMAKE_CURRENT_LIST_DIR}/routes-tokens.cpp
     ${CMAKE_CURRENT_LIST_DIR}/server-budget.cpp

@@ -41,6 +41,11 @@ class datastore {
     static std::unique_ptr<datastore> open(const std::vector<std::string> & paths, std::uint64_t expected_fingerprint = 0,
                                            const std::string & expected_description = "");
 
+    // Open datastores as one, sharing them (nullptr for none, the one itself for one). names (one per part) go in
+    // the error for a tokenizer mismatch.
+    static std::shared_ptr<const datastore> combine(std::vector<std::shared_ptr<const datastore>> parts,
+                                                    const std::vector<std::string> & names);
+
     virtual const datastore_info & info() const = 0;
     virtual std::span<const index_shard> shards() const = 0;
     // Reads every section and checks its xxhash checksum. Throws user_error naming the first bad section.

@@ -203,7 +203,7 @@ class mmap_datastore final : public datastore {
 // Several files as one: lookups already span shards, so the union is the concatenation of the shard lists.
 class multi_datastore final : public datastore {
   public:
-    explicit multi_datastore(std::vector<std::unique_ptr<datastore>> parts, const std::vector<std::string> & paths) :
+    multi_datastore(std::vector<std::shared_ptr<const datastore>> parts, const std::vector<std::string> & paths) :
         parts_(std::move(parts)) {
         info_ = parts_[0]->info();
         info_.n_documents = info_.n_tokens = info_.n_bytes = info_.n_shards = 0;
@@ -230,8 +230,8 @@ class multi_datastore final : public datastore {
     }
 
   private:
-    std::vector<std::unique_ptr<datastore>> parts_;
-    std::vector<index_shard>                shards_;
+    std::vector<std::shared_ptr<const datastore>> parts_;
+    std::vector<index_shard>                      shards_;
     datastore_info                          info_;
 };
 
@@ -258,9 +258,16 @@ std::unique_ptr<datastore> datastore::open(const std::vector<std::string> & path
             }
         }
     }
-    std::vector<std::unique_ptr<datastore>> parts;
+    std::vector<std::shared_ptr<const datastore>> parts;
     for (const auto & p : paths) parts.push_back(open(p, expected_fingerprint, expected_description));
     return std::make_unique<multi_datastore>(std::move(parts), paths);
+}
+
+std::shared_ptr<const datastore> datastore::combine(std::vector<std::shared_ptr<const datastore>> parts,
+                                                    const std::vector<std::string> & names) {
+    if (parts.size() == 1) return parts[0];
+    if (parts.empty()) return nullptr;
+    return std::make_shared<multi_datastore>(std::move(parts), names);
 }
 
 }  // namespace rest

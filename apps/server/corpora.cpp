@@ -1,0 +1,133 @@
+#include "corpora.h"
+
+#include "rest/index-builder.h"
+#include "rest/llama-model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool valid_name(const std::string & n) {
+    if (n.empty() || n.size() > 64 || n[0] == '.') return false;
+    for (char c : n) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                        c == '-' || c == '.';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::string & dir,
+                       const rest::tokenizer & tok) :
+    tok_(tok), dir_(dir) {
+    const auto add_file = [&](const std::string & path, bool read_only) {
+        const std::string name = fs::path(path).stem().string();
+        if (entries_.count(name)) {
+            throw rest::user_error("two corpora are named '" + name + "' ('" + entries_[name].path + "' and '" + path +
+                                   "'): rename one file");
+        }
+        entries_[name] = {rest::datastore::open(path, tok.fingerprint(), tok.description()), path, read_only};
+    };
+    for (const auto & p : index_paths) add_file(p, true);
+    if (!dir_.empty()) {
+        std::error_code ec;
+        fs::create_directories(dir_, ec);
+        if (ec || !fs::is_directory(dir_)) {
+            throw rest::user_error("--corpus-dir '" + dir_ + "' is not a directory we can create or use");
+        }
+        std::vector<std::string> files;
+        for (const auto & e : fs::directory_iterator(dir_)) {
+            if (e.path().extension() == ".idx" && e.is_regular_file()) files.push_back(e.path().string());
+        }
+        std::sort(files.begin(), files.end());
+        for (const auto & f : files) add_file(f, false);
+    }
+    rebuild_all();
+}
+
+void corpus_set::rebuild_all() {
+    std::vector<std::shared_ptr<const rest::datastore>> parts;
+    std::vector<std::string>                            names;
+    for (const auto & [name, e] : entries_) {
+        parts.push_back(e.ds);
+        names.push_back(name);
+    }
+    all_ = rest::datastore::combine(std::move(parts), names);
+}
+
+std::string corpus_set::path_of(const std::string & name) const {
+    return (fs::path(dir_) / (name + ".idx")).string();
+}
+
+void corpus_set::check(const std::vector<std::string> & names) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto & n : names) {
+        if (!entries_.count(n)) throw corpus_error(400, "unknown corpus '" + n + "' (GET /v1/corpora lists them)");
+    }
+}
+
+std::shared_ptr<const rest::datastore> corpus_set::select(const std::vector<std::string> & names) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (names.empty()) return all_;
+    std::vector<std::shared_ptr<const rest::datastore>> parts;
+    std::vector<std::string>                            picked;
+    for (const auto & [name, e] : entries_) {  // map order, whatever order the request gave
+        if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+        parts.push_back(e.ds);
+        picked.push_back(name);
+    }
+    return rest::datastore::combine(std::move(parts), picked);
+}
+
+corpus_info corpus_set::add(const std::string & name, const std::vector<std::vector<rest::token_id>> & documents) {
+    if (dir_.empty()) throw corpus_error(400, "this server keeps no corpora: start it with --corpus-dir");
+    if (!valid_name(name)) {
+        throw corpus_error(400, "a corpus name is 1-64 letters, digits, '_', '-' or '.', not starting with '.'");
+    }
+    std::lock_guard<std::mutex> writing(write_mutex_);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto                  it = entries_.find(name);
+        if (it != entries_.end() && it->second.read_only) {
+            throw corpus_error(400, "corpus '" + name + "' is an --index file: it cannot be changed here");
+        }
+    }
+    const std::string          path = path_of(name);
+    rest::index_builder_params p;
+    if (fs::exists(path)) p.base = path;
+    rest::index_builder b(path, rest::identity_of(tok_), p);
+    for (const auto & d : documents) b.add_document(d);
+    b.finish();
+    auto ds = std::shared_ptr<const rest::datastore>(rest::datastore::open(path, tok_.fingerprint(), tok_.description()));
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[name] = {ds, path, false};
+    rebuild_all();
+    return {name, ds->info().n_documents, ds->info().n_tokens, false};
+}
+
+void corpus_set::remove(const std::string & name) {
+    std::lock_guard<std::mutex> writing(write_mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto                  it = entries_.find(name);
+    if (it == entries_.end()) throw corpus_error(404, "no corpus named '" + name + "'");
+    if (it->second.read_only) throw corpus_error(400, "corpus '" + name + "' is an --index file: it cannot be deleted here");
+    std::error_code ec;
+    fs::remove(it->second.path, ec);
+    if (ec) throw corpus_error(500, "cannot delete '" + it->second.path + "': " + ec.message());
+    entries_.erase(it);  // requests drafting from it keep their snapshot until they end
+    rebuild_all();
+}
+
+std::vector<corpus_info> corpus_set::list() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<corpus_info>    out;
+    for (const auto & [name, e] : entries_) {
+        out.push_back({name, e.ds->info().n_documents, e.ds->info().n_tokens, e.read_only});
+    }
+    return out;
+}
