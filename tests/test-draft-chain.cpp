@@ -14,37 +14,12 @@
 #include <sstream>
 
 using namespace rest;
+using rest_ref::memory_datastore;
 using rest_ref::ref_shard;
 
 namespace {
 
 using texts_t = std::vector<const std::vector<token_id> *>;
-
-class memory_datastore final : public datastore {
-  public:
-    memory_datastore(std::mt19937 & rng, int n_shards, int n_docs, int len_max, int n_vocab) {
-        for (int i = 0; i < n_shards; ++i) {
-            const auto docs = rest_ref::random_documents(rng, n_docs, len_max, n_vocab);
-            shards_ref_.push_back(std::make_unique<ref_shard>(rest_ref::join_documents(docs), (i % 2) ? 4 : 2));
-            views_.push_back(shards_ref_.back()->view());
-            info_.n_tokens += shards_ref_.back()->sa.size();
-        }
-        info_.n_shards = views_.size();
-    }
-    const datastore_info & info() const override { return info_; }
-    std::span<const index_shard> shards() const override { return views_; }
-    void verify() const override {}
-    texts_t texts() const {
-        texts_t t;
-        for (const auto & s : shards_ref_) t.push_back(&s->text);
-        return t;
-    }
-
-  private:
-    std::vector<std::unique_ptr<ref_shard>> shards_ref_;
-    std::vector<index_shard>                views_;
-    datastore_info                          info_;
-};
 
 // Occurrences of pattern over all texts, and of those the ones followed by each token.
 struct naive_counts {

@@ -2,6 +2,8 @@
 
 #include "api-error.h"
 
+#include "rest/utf8.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <set>
@@ -50,44 +52,6 @@ rest::token_id get_token(const json & v, std::int32_t n_vocab, const std::string
                           field);
     }
     return (rest::token_id) t;
-}
-
-// Whether s is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool valid_utf8(const std::string & s) {
-    const auto * p = reinterpret_cast<const unsigned char *>(s.data());
-    const size_t n = s.size();
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = p[i];
-        size_t              len;
-        std::uint32_t       cp;
-        if (c < 0x80) {
-            ++i;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + len > n) {
-            return false;
-        }
-        for (size_t k = 1; k < len; ++k) {
-            if ((p[i + k] & 0xC0) != 0x80) {
-                return false;
-            }
-            cp = (cp << 6) | (p[i + k] & 0x3F);
-        }
-        static const std::uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return false;
-        }
-        i += len;
-    }
-    return true;
 }
 
 }  // namespace
@@ -145,7 +109,7 @@ json tokenize_reply(const rest::tokenizer & tok, const tokenize_request & req) {
         }
         const std::string piece = tok.piece(t);
         json              pj;
-        if (valid_utf8(piece)) {
+        if (rest::find_invalid_utf8(piece) == std::string_view::npos) {
             pj = piece;
         } else {
             pj = json::array();

@@ -6,6 +6,7 @@
 
 #include "rest/index-builder.h"
 #include "rest/tokenizer.h"
+#include "rest/utf8.h"
 
 #include <cstdint>
 #include <fstream>
@@ -32,10 +33,6 @@ struct corpus_document {
     bool                  pretokenized  = false;  // a JSONL field held token ids: `tokens` is the document
     std::vector<token_id> tokens;
 };
-
-// Returns the byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and code points past
-// U+10FFFF are invalid), or npos when the text is valid.
-std::size_t find_invalid_utf8(std::string_view text);
 
 class corpus_reader {
   public:

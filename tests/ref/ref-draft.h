@@ -4,6 +4,7 @@
 // comparing the pattern at every position; continuations by walking forward to the next separator.
 #pragma once
 
+#include "rest/datastore.h"
 #include "rest/index-shard.h"
 #include "rest/types.h"
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -277,5 +279,34 @@ inline prediction_alignment naive_prediction_align(const std::vector<token_id> &
     }
     return a;
 }
+
+// A datastore over random in-memory shards, alternately of token width 2 and 4 (the drafter only needs shards()),
+// with the plain texts for the naive references above.
+class memory_datastore final : public rest::datastore {
+  public:
+    memory_datastore(std::mt19937 & rng, int n_shards, int n_docs, int len_max, int n_vocab) {
+        for (int i = 0; i < n_shards; ++i) {
+            const auto docs = random_documents(rng, n_docs, len_max, n_vocab);
+            shards_ref_.push_back(std::make_unique<ref_shard>(join_documents(docs), (i % 2) ? 4 : 2));
+            views_.push_back(shards_ref_.back()->view());
+            info_.n_tokens += shards_ref_.back()->sa.size();
+        }
+        info_.n_shards = views_.size();
+    }
+    const rest::datastore_info &       info() const override { return info_; }
+    std::span<const rest::index_shard> shards() const override { return views_; }
+    void                               verify() const override {}
+
+    std::vector<const std::vector<token_id> *> texts() const {
+        std::vector<const std::vector<token_id> *> t;
+        for (const auto & s : shards_ref_) t.push_back(&s->text);
+        return t;
+    }
+
+  private:
+    std::vector<std::unique_ptr<ref_shard>> shards_ref_;
+    std::vector<rest::index_shard>          views_;
+    rest::datastore_info                    info_;
+};
 
 }  // namespace rest_ref
