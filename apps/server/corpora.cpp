@@ -33,7 +33,12 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
         }
         entries_[name] = {rest::datastore::open(path, tok.fingerprint(), tok.description()), path, read_only};
     };
-    for (const auto & p : index_paths) add_file(p, true);
+    std::vector<std::shared_ptr<const rest::datastore>> indexes;
+    for (const auto & p : index_paths) {
+        add_file(p, true);
+        indexes.push_back(entries_[fs::path(p).stem().string()].ds);
+    }
+    indexes_ = rest::datastore::combine(std::move(indexes), index_paths);
     if (!dir_.empty()) {
         std::error_code ec;
         fs::create_directories(dir_, ec);

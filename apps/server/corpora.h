@@ -44,6 +44,8 @@ class corpus_set {
     // Removes a writable corpus and its file. corpus_error 404 unknown, 400 read-only.
     void remove(const std::string & name);
     std::vector<corpus_info> list() const;
+    // The --index files as one datastore (nullptr without any): fixed for the server's lifetime.
+    const rest::datastore * indexes() const { return indexes_.get(); }
     bool writable() const { return !dir_.empty(); }
 
   private:
@@ -61,4 +63,5 @@ class corpus_set {
     std::mutex                             write_mutex_;  // one add or remove at a time (builds run outside mutex_)
     std::map<std::string, entry>           entries_;
     std::shared_ptr<const rest::datastore> all_;
+    std::shared_ptr<const rest::datastore> indexes_;
 };

@@ -79,7 +79,6 @@ struct server::impl {
     server_params                        params;
     std::unique_ptr<rest::model>         model;
     std::unique_ptr<rest::chat_template> chat;
-    std::unique_ptr<rest::datastore>     datastore;
     std::unique_ptr<corpus_set>          corpora;
     std::unique_ptr<rest::history_store> history;
     std::unique_ptr<history_persist>     persist;  // null without --history-file; declared after history, which it saves
@@ -114,9 +113,6 @@ server::impl::impl(const server_params & p) : params(p) {
     const auto & tok = model->vocab();
     chat             = open_chat_template(p, *model);
     corpora = std::make_unique<corpus_set>(p.index_paths, p.corpus_dir, tok);
-    if (!p.index_paths.empty()) {
-        datastore = rest::datastore::open(p.index_paths, tok.fingerprint(), tok.description());
-    }
     rest::history_store_params hp;
     hp.n_tokens_max = p.history_tokens_max;
     hp.fingerprint  = tok.fingerprint();
@@ -145,7 +141,7 @@ server::impl::impl(const server_params & p) : params(p) {
     eng = std::make_unique<engine>(*model, *ctx, corpora.get(), history.get(), policy.get(), ep, metrics);
 
     std::string id = p.alias.empty() ? std::filesystem::path(p.model_path).stem().string() : p.alias;
-    state = std::unique_ptr<server_state>(new server_state{p, *model, *chat, datastore.get(), *corpora, *history, *eng, metrics, id,
+    state = std::unique_ptr<server_state>(new server_state{p, *model, *chat, corpora->indexes(), *corpora, *history, *eng, metrics, id,
                                                            (std::int64_t) std::time(nullptr), {}});
     state->limits.n_ctx_slot        = ctx->n_ctx_slot();
     state->limits.n_predict_default = p.n_predict;
