@@ -98,6 +98,16 @@ extern "C" void on_interrupt(int sig) {
     std::raise(sig);
 }
 
+// While it lives, SIGINT/SIGTERM remove the temp file a build, append or compact of `path` writes.
+struct temp_file_on_interrupt {
+    explicit temp_file_on_interrupt(const std::string & path) {
+        std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(path).c_str());
+        std::signal(SIGINT, on_interrupt);
+        std::signal(SIGTERM, on_interrupt);
+    }
+    ~temp_file_on_interrupt() { g_temp_path[0] = '\0'; }
+};
+
 // Redraws one status line on a terminal at most ten times a second. The suffix sort reports nothing while it runs,
 // so a ticker thread redraws the last state with the phase's elapsed time.
 class progress_line {
@@ -266,19 +276,15 @@ void run_build(const build_args & a) {
         }
     };
 
-    std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(a.output).c_str());
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
     const auto t0 = clock_type::now();
     rest::corpus_build_summary s;
     try {
+        temp_file_on_interrupt guard(a.output);
         s = rest::build_datastore(a.output, a.inputs, *tok, p, warn);
     } catch (...) {
         progress.clear();
-        g_temp_path[0] = '\0';
         throw;
     }
-    g_temp_path[0] = '\0';
     progress.clear();
     if (n_warnings > 10) {
         std::fprintf(stderr, "rest: warning: %zu more warnings not shown\n", n_warnings - 10);
@@ -308,11 +314,10 @@ void run_compact(const std::string & path, std::uint64_t shard_tokens) {
     lock_index(path);
     rest::index_builder_params p;
     p.n_shard_tokens_max = shard_tokens;
-    std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(path).c_str());
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-    const auto after = rest::compact_datastore(path, p);
-    g_temp_path[0]   = '\0';
+    const auto after = [&] {
+        temp_file_on_interrupt guard(path);
+        return rest::compact_datastore(path, p);
+    }();
     std::printf("compacted %s: %zu shard(s) -> %zu, %llu tokens, %llu -> %llu bytes in %.1f s\n", path.c_str(),
                 before.n_shards, after.n_shards, (unsigned long long) after.n_tokens,
                 (unsigned long long) before.n_bytes, (unsigned long long) after.n_bytes, seconds_since(t0));
