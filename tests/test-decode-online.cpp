@@ -93,6 +93,25 @@ TEST(online_budget_run, drafts_that_never_pay_cost_within_three_percent_of_plain
     EXPECT_LE(r.modelled_us, 1.03 * plain_us) << "spent " << r.modelled_us / plain_us << "x plain's time";
 }
 
+TEST(online_budget_run, preempted_steps_on_a_busy_machine_do_not_switch_drafting_off) {
+    // A busy machine: one pass in ten, of any shape, is preempted and takes 20x its time. Drafting pays about 2x
+    // at every percentile; the spikes must not read as drafting losing (they did when plain's side of the
+    // comparison was a median and drafting's a mean: drafting was switched off again and again).
+    auto spiky = [](int rows, int pass) {
+        const double base = rows == 1 ? 100.0 : 100.0 + 10.0 * rows;
+        const bool   hit  = ((std::uint64_t) pass * 0x9E3779B97F4A7C15ull >> 60) < 2;  // 2 of 16: 1 in 8
+        return hit ? 20 * base : base;
+    };
+    budget_spec spec;
+    spec.costs  = table_of({1, 2, 4, 8, 16}, {100, 120, 140, 180, 260});
+    auto policy = make_budget_policy(spec);
+    const run_record r = run_timed(*policy, spiky, 2500, 0.8);
+    std::size_t drafting = 0;
+    for (std::size_t i = 100; i < r.drafted.size(); ++i) drafting += r.drafted[i];
+    const double later = (double) (r.drafted.size() - 100);
+    EXPECT_GT((double) drafting, 0.9 * later) << "steps drafting after the first 100";
+}
+
 TEST(online_budget_run, switches_drafting_off_where_drafting_costs_more_than_drafts_earn) {
     // The start-up table says drafts are worth a little, but every pass of more than one row costs 4x what it says
     // (the walk and the commit of a tree layout, say). The estimates must learn it, drafting (the drafter's own

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 namespace rest {
 
@@ -199,7 +200,7 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
     if (!mode_[c].measured) seed_from_neighbour(c);
     mode & m = mode_[c];
     if (m.off_left == 0) {
-        if (m.since_plain < params_.plain_every) return true;
+        if (m.since_plain < plain_interval(m)) return true;
         m.since_plain = 0;  // measure what plain decoding costs now
         return false;
     }
@@ -220,6 +221,15 @@ void online_budget::observe_request(bool predicted) {
             m.t_plain = m.t_spent = 0;
         }
     }
+}
+
+std::int32_t online_budget::plain_interval(const mode & m) const {
+    // A plain step among drafting ones costs about itself plus a change of shape each way (llama.cpp's graph, and on
+    // a CPU the thread count): spaced so that this stays near plain_cost_frac of the drafting steps' time.
+    if (!(m.t_spent > 0) || !(m.plain_token_us > 0)) return params_.plain_every;
+    const double check = m.plain_token_us + 2 * rebuild_us();
+    const double steps = check / (params_.plain_cost_frac * m.t_spent);
+    return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }
 
 float online_budget::chain_score_min() const {
@@ -395,17 +405,33 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
 void online_budget::update_gain(const step_report & r) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
-    // per request. Predicted from the plain steps' own measurements (steps without drafts are plain passes).
+    // per request. Like with like, both sides are means of measured steps (plain steps are measured every
+    // plain_interval()): a shape's median, which the per-step choice prices, leaves out the steps the OS preempted,
+    // and on a busy machine a pass on more threads is preempted more often (the mean of a 2-thread plain pass was 4x
+    // its median there, a 1-thread drafting pass's 2x).
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
-    const double      per_token   = predict_us((std::int32_t) r.n_requests, r.n_past, plain_equal) / (double) r.n_requests;
+    // Until a plain step is measured, the start-up estimate, frozen: the shared ratio that unmeasured shapes fade to
+    // moves with the drafting passes, and plain's side must not move with what it is compared against.
+    if (!(m.plain_token_us > 0)) {
+        m.plain_token_us = predict_us((std::int32_t) r.n_requests, r.n_past, plain_equal) / (double) r.n_requests;
+    }
+    const double per_token = m.plain_token_us;
     ++m.steps;
     m.measured     = true;
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
-    m.t_plain      = (1 - w) * m.t_plain + w * per_token * (double) r.n_tokens;
-    m.t_spent      = (1 - w) * m.t_spent + w * (r.t_pass_us + r.t_draft_us);
+    const double spent = r.t_pass_us + r.t_draft_us, plain = per_token * (double) r.n_tokens;
+    // The spread of a step's loss (spent - plain) next to its mean: the EMA's variance, same weights.
+    const double loss  = spent - plain, delta = loss - (m.t_spent - m.t_plain);
+    m.loss_var     = m.steps == 1 ? 0.0 : (1 - w) * (m.loss_var + w * delta * delta);
+    m.t_plain      = (1 - w) * m.t_plain + w * plain;
+    m.t_spent      = (1 - w) * m.t_spent + w * spent;
     if (m.steps < params_.probe_steps) return;
-    if (m.t_plain < m.t_spent) {
-        // Drafting, as chosen, is slower than plain decoding was: plain steps only, then probe again.
+    // Steps as many as the EMA's memory holds (its equivalent sample size), at most those measured.
+    const double n_eff = std::min((double) m.steps, (2 - params_.gain_ema) / params_.gain_ema);
+    if (m.t_spent - m.t_plain > params_.loss_z * std::sqrt(m.loss_var / n_eff)) {
+        // Drafting, as chosen, is slower than plain decoding was, by more than the steps' spread explains (on a busy
+        // machine a step the OS preempted costs 10-100x its median, on either side): plain steps only, then
+        // probe again.
         m.off_left = std::min(params_.off_max, params_.off_min << std::min(m.n_off, 16));
         m.n_off    = std::min(m.n_off + 1, 16);
     } else if (m.steps % params_.probe_steps == 0) {
@@ -449,6 +475,8 @@ void online_budget::observe_step(const step_report & r) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
+        const double t = std::max(0.05 * r.t_pass_us, r.t_pass_us - (same ? 0.0 : rebuild_us())) / (double) r.n_requests;
+        m.plain_token_us = m.plain_token_us > 0 ? (1 - params_.plain_ema) * m.plain_token_us + params_.plain_ema * t : t;
     } else {
         ++m.since_plain;
     }

@@ -9,9 +9,9 @@
 //    shapes, so one stale reading cannot keep a length switched off; and what a change of shape adds (llama.cpp
 //    rebuilds its graph), learned from the passes that changed it;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
-//    over the time they took (drafting included). This is the check the others answer to: the per-step choice
-//    maximises the first two's expected rate, and where the realised gain stays below 1 drafting is switched off
-//    and probed again after 32, 64, ... off_max plain steps.
+//    over the time they took (drafting included), both means of measured steps. This is the check the others answer
+//    to: the per-step choice maximises the first two's expected rate, and where drafting loses by more than the
+//    steps' spread explains, it is switched off and probed again after 8, 16, ... off_max plain steps.
 #pragma once
 
 #include "rest/budget.h"
@@ -33,12 +33,17 @@ struct online_budget_params {
     double       forget_steps = 500;    // a cost estimate not re-measured fades linearly to the shared ratio: half-way
                                         // after this many steps, all the way after twice as many
     double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
+    double       loss_z = 2.0;          // drafting is switched off when its loss exceeds this many standard errors
+    double       plain_ema = 0.1;       // weight of a new plain step in what plain decoding costs per token
     std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
-    // While drafting, a plain step at least every plain_every steps, so that the gain compares with what plain
-    // decoding costs now (steps without a draft count too).
+    // While drafting, a plain step every plain_every to plain_every_max steps, so that the gain compares with what
+    // plain decoding costs now (steps without a draft count too): as often as keeps these checks near
+    // plain_cost_frac of the time.
     std::int32_t plain_every = 64;
+    std::int32_t plain_every_max = 512;
+    double       plain_cost_frac = 0.01;
     double       draft_cost_frac = 0.02;  // drafting worth this fraction of a plain step is always affordable
-    std::int32_t off_min = 32;          // plain steps after the first probe that did not pay; doubling ...
+    std::int32_t off_min = 8;           // plain steps after the first probe that did not pay; doubling ...
     std::int32_t off_max = 1024;        // ... up to this many (probes then cost < 1% where drafts never pay)
     // Exploration: a first node whose bin has fewer than explore_obs observations is verified even when the
     // estimate says it does not pay, if its drafter score is at least explore_min_score, so a pessimistic prior
@@ -105,6 +110,8 @@ class online_budget final : public budget_policy {
         std::int32_t off_left = 0;  // plain steps left before the next probe
         std::int32_t n_off = 0;     // probes in a row that did not pay
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
+        double       plain_token_us = 0;  // EMA of a plain pass's time per request, preempted passes included
+        double       loss_var = 0;  // EMA variance of a drafting step's loss (t_spent - t_plain per step)
         bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
     };
     void seed_from_neighbour(std::size_t c);
@@ -162,6 +169,7 @@ class online_budget final : public budget_policy {
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b) const;
     void  note_choice(std::int32_t n_nodes);
+    std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
     void  update_gain(const step_report & r);
 
     cost_table                                  table_;
