@@ -292,7 +292,7 @@ std::vector<ref_link> ref_chain(const texts_t & texts, const std::vector<token_i
                 mask   = static_cast<std::uint8_t>((p_ds > 0 ? 1 : 0) | (c > 0 ? 2 : 0));
             }
         }
-        if (best < 0 || best_p <= 0 || score * best_p < score_min) break;
+        if (best < 0 || best_p <= 0 || (i > 0 && score * best_p < score_min)) break;
         score *= best_p;
         out.push_back({best, static_cast<float>(score), mask});
         ext.push_back(best);

@@ -113,7 +113,7 @@ class drafter final : public draft_provider {
     // specific evidence on an unrelated datastore (HumanEval with the standard library), the datastore on one that
     // holds near-copies of what is written. Candidates: each source's most frequent continuation (every back-off
     // level's). A node's score is the product of the estimates along the chain. It stops before a node scored
-    // below score_min, where no source continues, or at min(cap, room, 2 * want) nodes. With a prediction, or
+    // below score_min (the first node is kept), where no source continues, or at min(cap, room, 2 * want) nodes. With a prediction, or
     // chain_grow off: the default (the best path of a tree).
     draft_tree draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) override;
     // The stats of the last draft() call.

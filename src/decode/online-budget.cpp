@@ -23,7 +23,8 @@ constexpr std::size_t k_masks = 16;  // source masks: datastore | context | hist
 online_budget::online_budget(cost_table table, online_budget_params params, const budget_state * warm) :
     table_(std::move(table)), params_(params), acceptance_(k_masks * k_bins) {
     if (!warm) return;
-    recent_[0] = params_.n_max;  // draft at full size until the choices say otherwise (see draft_nodes_hint)
+    // Draft at full size until the choices say otherwise (see draft_nodes_hint).
+    std::fill(recent_.begin(), recent_.begin() + k_recent_share, params_.n_max);
     // A warm start takes what an earlier run learned; anything of the wrong shape is ignored (the caller has checked
     // the version; this guards the sizes, so no state can index out of range).
     if (warm->acceptance.size() == acceptance_.size()) acceptance_ = warm->acceptance;
@@ -239,13 +240,22 @@ float online_budget::chain_score_min() const {
     return (float) std::clamp(0.5 * (predict_us(rows + 1, 0) - predict_us(rows, 0)) / t1, 0.0, 1.0);
 }
 
+std::int32_t online_budget::recent_choice() const {
+    // The most nodes chosen in at least k_recent_share of the recent steps: one long choice (a lucky step) does not
+    // make every step draft for it for the next k_recent steps.
+    std::array<std::int32_t, k_recent> v = recent_;
+    const std::size_t                  k = k_recent - k_recent_share;
+    std::nth_element(v.begin(), v.begin() + (std::ptrdiff_t) k, v.end());
+    return v[k];
+}
+
 std::int32_t online_budget::tree_draft_nodes() const {
-    const std::int32_t recent = *std::max_element(recent_.begin(), recent_.end());
+    const std::int32_t recent = recent_choice();
     return std::clamp(std::max(draft_nodes_hint(), 2 + 2 * recent), 1, std::max(1, params_.n_max));
 }
 
 std::int32_t online_budget::draft_nodes_hint() const {
-    const std::int32_t grow = 2 + *std::max_element(recent_.begin(), recent_.end());
+    const std::int32_t grow = 1 + recent_choice();
     // Where drafting is cheap next to a step (a large model), draft what the cap allows: the policy can only
     // choose among nodes it has seen.
     const double per_node   = t_draft_node_us_ > 0 ? t_draft_node_us_ : 1.0;

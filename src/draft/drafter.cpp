@@ -449,7 +449,9 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
                                                    (c_ctx > 0 ? static_cast<int>(draft_source::context) : 0));
             }
         }
-        if (best < 0 || best_p <= 0 || score * best_p < score_min) {
+        // The first node is kept whatever its score: whether to verify it is the budget's choice (on many CPUs a
+        // 2-row pass costs what a 1-row one does, and a chain cut to nothing forces a plain pass of another shape).
+        if (best < 0 || best_p <= 0 || (i > 0 && score * best_p < score_min)) {
             break;
         }
         score *= best_p;
