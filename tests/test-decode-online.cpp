@@ -19,15 +19,15 @@ struct run_record {
     std::size_t               tokens = 0;
 };
 
-// One request of n tokens through `policy` on a fake target whose pass of r rows takes cost(r, pass index) us.
-// The drafter proposes the target's greedy continuation with probability p_oracle per level.
-run_record run_timed(budget_policy & policy, const std::function<double(int, int)> & cost, int n, double p_oracle,
-                     float level_score = 0.9f, std::uint64_t seed = 3) {
+// One request of n tokens through `policy` on a fake target whose pass of r rows on t threads takes
+// cost(r, pass index, t) us. The drafter proposes the target's greedy continuation with probability p_oracle per level.
+run_record run_timed3(budget_policy & policy, const std::function<double(int, int, int)> & cost, int n, double p_oracle,
+                      float level_score = 0.9f, std::uint64_t seed = 3) {
     fake_target     f(40, 4000, 1, seed);
     int             passes = 0;
     run_record      rec;
-    threaded_target m(f, [&](int rows, int) {
-        const double us = cost(rows, passes++);
+    threaded_target m(f, [&](int rows, int threads) {
+        const double us = cost(rows, passes++, threads);
         rec.modelled_us += us;
         return us;
     });
@@ -53,6 +53,12 @@ run_record run_timed(budget_policy & policy, const std::function<double(int, int
     rec.modelled_us += r.stats.t_draft_us;
     rec.tokens = r.output.size();
     return rec;
+}
+
+// The same with cost(r, pass index), whatever the threads.
+run_record run_timed(budget_policy & policy, const std::function<double(int, int)> & cost, int n, double p_oracle,
+                     float level_score = 0.9f, std::uint64_t seed = 3) {
+    return run_timed3(policy, [&](int rows, int pass, int) { return cost(rows, pass); }, n, p_oracle, level_score, seed);
 }
 
 double mean_nodes(const run_record & r, std::size_t from, std::size_t to) {
@@ -110,6 +116,30 @@ TEST(online_budget_run, preempted_steps_on_a_busy_machine_do_not_switch_drafting
     for (std::size_t i = 100; i < r.drafted.size(); ++i) drafting += r.drafted[i];
     const double later = (double) (r.drafted.size() - 100);
     EXPECT_GT((double) drafting, 0.9 * later) << "steps drafting after the first 100";
+}
+
+TEST(online_budget_run, a_busy_machine_that_slows_passes_on_every_core_keeps_drafts_on_fewer_threads) {
+    // Two cores, one busy: a pass on both waits for the busy one now and then (one in four takes 20x), a pass on one
+    // thread does not. The start-up table (taken when the machine was quiet) runs 1 row and 4+ rows on two threads,
+    // 2 rows on one; by their typical (median) time 5-row passes pay more than 2-row ones, by their mean far less.
+    const auto preempted = [](int pass) { return ((std::uint64_t) pass * 0x9E3779B97F4A7C15ull >> 62) == 0; };
+    auto busy = [&](int rows, int pass, int threads) {
+        const double typical = rows == 1 ? 100.0 : rows <= 2 ? 110.0 : 100.0 + 12.0 * rows;
+        return threads >= 2 && preempted(pass) ? 20 * typical : typical;
+    };
+    budget_spec spec;
+    spec.costs         = table_of({1, 2, 4, 8, 16}, {100, 110, 148, 196, 292});
+    spec.costs.threads = {2, 1, 2, 2, 2};
+    auto policy = make_budget_policy(spec);
+    const run_record r = run_timed3(*policy, busy, 2500, 0.85);
+    std::size_t wide = 0, drafting = 0;
+    for (std::size_t i = 200; i < r.nodes.size(); ++i) {
+        wide += r.nodes[i] >= 2;  // 3+ rows: two threads
+        drafting += r.nodes[i] >= 1;
+    }
+    const double later = (double) (r.nodes.size() - 200);
+    EXPECT_LT((double) wide, 0.1 * later) << "passes on two threads after learning";
+    EXPECT_GT((double) drafting, 0.8 * later) << "one-node drafts on one thread pay";
 }
 
 TEST(online_budget_run, switches_drafting_off_where_drafting_costs_more_than_drafts_earn) {

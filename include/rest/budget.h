@@ -43,6 +43,7 @@ struct step_report {
     bool         drafted = false; // some request drafted (want_draft() said yes and a request had a drafter)
     std::int32_t n_asked = 0;     // draft nodes asked of the drafters, over all requests
     bool         predicted = false;  // some request of the pass has a predicted output
+    std::int32_t n_threads = 0;   // threads the pass ran on (0: not reported)
 };
 
 // What a policy has learned, to persist between processes (warm start). Plain data; the front end stores it as

@@ -159,6 +159,7 @@ class decoder {
     std::int32_t              plain_rows_ = 0;      // its rows without draft nodes (roots + pending rows)
     std::int32_t              seqs_       = 0;      // its sequences (step_report::n_seqs)
     bool                      mixed_      = false;  // another request's prompt rows share this step's pass
+    std::int32_t              pass_threads_ = 0;    // threads of this step's pass (0: not known)
 };
 
 }  // namespace rest

@@ -342,7 +342,12 @@ bool decoder::verify() {
         // A pass that carries prompt rows too is not the shape the policy timed: the context's threads.
         return policy_ && !plain && !mixed_ && pass_shape() > 0 ? policy_->threads_for(n_rows, live_.size()) : 0;
     };
-    model_.set_decode_threads(threads_for(rows_));
+    auto set_threads = [&] {
+        const std::int32_t t = threads_for(rows_);
+        model_.set_decode_threads(t);
+        pass_threads_ = t > 0 ? t : model_.n_threads();
+    };
+    set_threads();
     if (model_.decode(batch_) == decode_status::ok) return true;
     // The memory cannot hold the trees: plain decoding this step.
     for (size_t i = 0; i < live_.size(); ++i) {
@@ -354,7 +359,7 @@ bool decoder::verify() {
     }
     rows_ = plain_rows_;
     seqs_ = (std::int32_t) live_.size();
-    model_.set_decode_threads(threads_for(rows_));
+    set_threads();
     if (model_.decode(batch_) == decode_status::ok) return true;
     for (request * r : live_) {
         r->stopped = stop_reason::context;
@@ -465,6 +470,7 @@ void decoder::step_live() {
         rep.drafted    = drafting_;
         rep.n_asked    = n_asked_;
         rep.predicted  = predicted_;
+        rep.n_threads  = pass_threads_;
         policy_->observe_step(rep);
     }
     for (request * r : live_) {

@@ -137,10 +137,22 @@ online_budget::cost_est & online_budget::est_for(std::int32_t n_rows, std::size_
 }
 
 double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
-    const cost_est * e = find_est(n_rows, n_equal);
-    if (!e) return ratio_all_;
+    const cost_est * e      = find_est(n_rows, n_equal);
+    const double     shared = shared_ratio(threads_of(n_rows, n_equal));
+    if (!e) return shared;
     const double w = std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - e->at) / params_.forget_steps);
-    return ratio_all_ + (e->median - ratio_all_) * w;
+    return shared + (e->median - shared) * w;
+}
+
+std::int32_t online_budget::threads_of(std::int32_t n_rows, std::size_t n_requests) const {
+    const std::size_t  n = std::max<std::size_t>(n_requests, 1);
+    const std::int32_t t = n_rows <= (std::int32_t) n ? 0 : table_.threads_for(n_rows, n);  // plain: the context's
+    return t > 0 ? t : plain_threads_ > 0 ? plain_threads_ : table_.threads_for(1);
+}
+
+double online_budget::shared_ratio(std::int32_t threads) const {
+    return threads > 0 && (std::size_t) threads < ratio_threads_.size() && ratio_threads_[threads] > 0 ? ratio_threads_[threads]
+                                                                                                      : ratio_all_;
 }
 
 double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
@@ -152,7 +164,23 @@ double online_budget::seq_us() const {
 }
 
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
-    return predict_us(n_rows, n_past, n_equal, n_seqs) + (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : rebuild_us());
+    const std::int32_t threads = threads_of(n_rows, n_equal);
+    const double       typical = predict_us(n_rows, n_past, n_equal, n_seqs) + (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : change_us(threads));
+    return typical * slowdown(threads);
+}
+
+double online_budget::slowdown(std::int32_t threads) const {
+    // Throughput is set by the mean time, the estimates are medians (so that one preempted pass moves them little).
+    // On a quiet machine the two agree; on a busy one a pass on every core waits for the busy one: on stories260K,
+    // -t 2, with a compile running, 2-thread passes averaged 5-10x their median, 1-thread passes 2x.
+    return threads > 0 && (std::size_t) threads < slow_threads_.size() ? std::max(1.0, slow_threads_[threads]) : 1.0;
+}
+
+double online_budget::change_us(std::int32_t threads) const {
+    // Another thread count wakes or parks workers besides the graph rebuild: on stories260K, -t 2, a 2-row pass on
+    // one thread after one on two took 655 us against 275 steady, and a 1-row pass on two after one on one 2,481.
+    const bool other = threads > 0 && last_threads_ > 0 && threads != last_threads_;
+    return other && switch_.n > 0 ? switch_.median : rebuild_us();
 }
 
 double online_budget::rebuild_us() const {
@@ -454,6 +482,20 @@ void online_budget::update_gain(const step_report & r) {
 void online_budget::observe_step(const step_report & r) {
     ++n_steps_;
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
+    const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
+    const double change = same ? 0.0 : change_us(r.n_threads);  // before last_threads_ moves on
+    if (r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+        // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
+        // average: preempted passes included, before this pass moves the estimates.
+        const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
+        if (typical > 0) {
+            if ((std::size_t) r.n_threads >= slow_threads_.size()) slow_threads_.resize((std::size_t) r.n_threads + 1, 1.0);
+            double & f = slow_threads_[r.n_threads];
+            f = (1 - params_.slow_ema) * f + params_.slow_ema * std::clamp(r.t_pass_us / typical, 0.2, 20.0);
+        }
+    }
+    last_threads_     = r.n_threads;
+    if (r.n_rows == (std::int32_t) r.n_requests && r.n_threads > 0) plain_threads_ = r.n_threads;
     last_rows_        = r.n_rows;
     last_equal_       = r.n_equal;
     last_seqs_        = r.n_seqs;
@@ -464,16 +506,16 @@ void online_budget::observe_step(const step_report & r) {
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
     if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
         // A branchy tree: what it took beyond a chain of its rows (and a change of shape), per extra sequence.
-        const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + (same ? 0.0 : rebuild_us());
+        const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + change;
         seq_.add(std::max(0.0, t - chain) / extra);
     } else if (r.n_equal > 0 && base > 0 && t > 0 && !same && fresh) {
         // A pass of another shape than the last pays llama.cpp's graph rebuild: what it took beyond its shape's
         // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
-        rebuild_.add(std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal)));
+        (other_threads ? switch_ : rebuild_).add(std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal)));
     } else if (r.n_equal > 0 && base > 0 && t > 0) {
         // A steady pass, or one of a shape without a fresh estimate (a forced plain step after drafting ones is
         // always a change): its time less the learned change cost.
-        const double steady = same ? t : std::max(0.05 * t, t - rebuild_us());
+        const double steady = same ? t : std::max(0.05 * t, t - change);
         cost_est &   e      = est_for(r.n_rows, r.n_equal);
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
         e.add(steady / base);
@@ -481,11 +523,18 @@ void online_budget::observe_step(const step_report & r) {
         // The shared ratio clamps single observations, so one preempted step cannot swing it.
         ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
                      params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+        // And per thread count, which a busy machine slows unequally (a pass on every core waits for the busy one).
+        if (r.n_threads > 0 && r.n_threads < k_threads_max) {
+            if ((std::size_t) r.n_threads >= ratio_threads_.size()) ratio_threads_.resize((std::size_t) r.n_threads + 1, 0.0);
+            double & rt = ratio_threads_[r.n_threads];
+            rt = rt > 0 ? (1 - params_.time_ema) * rt + params_.time_ema * std::clamp(steady / base, 0.5 * rt, 2.0 * rt)
+                        : ratio_all_;
+        }
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
-        const double t = std::max(0.05 * r.t_pass_us, r.t_pass_us - (same ? 0.0 : rebuild_us())) / (double) r.n_requests;
+        const double t = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / (double) r.n_requests;
         m.plain_token_us = m.plain_token_us > 0 ? (1 - params_.plain_ema) * m.plain_token_us + params_.plain_ema * t : t;
     } else {
         ++m.since_plain;

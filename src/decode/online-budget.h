@@ -6,8 +6,8 @@
 //    own score is the prior, prior_weight pseudo-observations strong);
 //  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
 //    start-up table, which is only the prior; an estimate not re-measured fades back to the ratio shared by all
-//    shapes, so one stale reading cannot keep a length switched off; and what a change of shape adds (llama.cpp
-//    rebuilds its graph), learned from the passes that changed it;
+//    shapes on its thread count, so one stale reading cannot keep a length switched off; and what a change of shape
+//    adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned from the passes that changed;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included), both means of measured steps. This is the check the others answer
 //    to: the per-step choice maximises the first two's expected rate, and where drafting loses by more than the
@@ -35,6 +35,7 @@ struct online_budget_params {
     double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
     double       loss_z = 2.0;          // drafting is switched off when its loss exceeds this many standard errors
     double       plain_ema = 0.1;       // weight of a new plain step in what plain decoding costs per token
+    double       slow_ema = 0.02;       // weight of a pass in its thread count's slowdown (see slowdown())
     std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
     // While drafting, a plain step every plain_every to plain_every_max steps, so that the gain compares with what
     // plain decoding costs now (steps without a draft count too): as often as keeps these checks near
@@ -69,7 +70,7 @@ class online_budget final : public budget_policy {
     std::int32_t tree_draft_nodes() const override;  // the hint with room to double: 2 + twice the recent choice
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
-    void observe_other_pass() override { last_rows_ = 0; last_seqs_ = 0; }
+    void observe_other_pass() override { last_rows_ = 0; last_seqs_ = 0; last_threads_ = 0; }
     void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
@@ -152,6 +153,14 @@ class online_budget final : public budget_policy {
         return n_rows == last_rows_ && n_equal == last_equal_ && (n_seqs == 0 || last_seqs_ == 0 || n_seqs == last_seqs_);
     }
     double rebuild_us() const;  // what a change of shape costs now (learned; the table's figure until measured)
+    // What a change to a pass on `threads` costs after the last pass: rebuild_us(), or when the thread count changes
+    // too, what such changes were measured to cost (learned apart).
+    double change_us(std::int32_t threads) const;
+    // Threads a pass of n_rows over n_requests runs on: the start-up table's choice, the context's for plain passes.
+    std::int32_t threads_of(std::int32_t n_rows, std::size_t n_requests) const;
+    double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` not measured lately fade to
+    double slowdown(std::int32_t threads) const;      // mean over typical time of passes on `threads` now (>= 1)
+    static constexpr std::int32_t k_threads_max = 1024;
     bin &  bin_of(float conditional_score, std::uint8_t sources);
     const bin & bin_of(float conditional_score, std::uint8_t sources) const;
     // What choose() and choose_equal() read from a batch of queries.
@@ -184,6 +193,11 @@ class online_budget final : public budget_policy {
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     cost_est                                    rebuild_;          // microseconds a change of shape added
+    cost_est                                    switch_;           // ... a change of shape and thread count
+    std::vector<double>                         ratio_threads_;    // [threads]: EMA over its shapes (0: none yet)
+    std::vector<double>                         slow_threads_;     // [threads]: EMA of time over typical time
+    std::int32_t                                last_threads_ = 0; // threads of the last observed pass (0: unknown)
+    std::int32_t                                plain_threads_ = 0; // threads of plain passes (the context's)
     cost_est                                    seq_;              // microseconds an extra sequence added
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
     double                                      t_draft_node_us_ = 0;  // ... per node asked for (0: unmeasured)
