@@ -49,8 +49,9 @@ TEST(online_budget, the_choice_maximises_expected_rate) {
 }
 
 TEST(online_budget, drafting_time_is_paid_once_per_step) {
-    // Drafting (40 us) costs the same for any size of step: the choice must maximise e / (t(1 + k) + 40) against
-    // plain's 1 / t(1), which favours longer drafts than t alone once drafting pays.
+    // Drafting (40 us) costs the same for any size of step: the choice must maximise e - rate * (t(1 + k) + 40)
+    // against plain's 1 - rate * t(1), rate being what the steps seen ran at (here 1 token per t(1) + 40), which
+    // favours longer drafts than t alone once drafting pays.
     int longer = 0;
     for (float p : {0.3f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.97f}) {
         const online_budget_params no_explore = no_exploration();
@@ -60,11 +61,12 @@ TEST(online_budget, drafting_time_is_paid_once_per_step) {
         }
         const draft_tree t = chain(40, p);
         const int        n = choose_one(b, t);
-        double           best = 1 / k_cpu.predict_us(1, 10), e = 1;
+        const double     rate_seen = 1 / (k_cpu.predict_us(1, 10) + 40);
+        double           best = 1 - rate_seen * k_cpu.predict_us(1, 10), e = 1;
         int              best_n = 0;
         for (int k = 1; k <= 40; ++k) {
             e += t.scores[k - 1];
-            const double rate = e / (k_cpu.predict_us(1 + k, 10) + 40);
+            const double rate = e - rate_seen * (k_cpu.predict_us(1 + k, 10) + 40);
             if (rate > best + 1e-12) { best = rate; best_n = k; }
         }
         EXPECT_EQ(n, best_n) << "p " << p;

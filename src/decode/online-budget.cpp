@@ -339,6 +339,14 @@ std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const 
     return {ex, 1};
 }
 
+double online_budget::worth(double expected, double us) const {
+    // Tokens less what the time would have earned at the rate decoding runs at: maximising it every step maximises
+    // the rate over all steps. A step's own tokens per microsecond would not: it sets a higher bar for another node
+    // on a step whose first nodes are sure than on one whose are doubtful, and verifies more on the doubtful ones.
+    // Until a rate is measured, the step's own.
+    return rate_us_ > 0 ? expected - rate_tokens_ / rate_us_ * us : expected / us;
+}
+
 void online_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     const size_t nq = qs.size();
     std::fill(n_out.begin(), n_out.end(), 0);
@@ -353,7 +361,7 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     std::int32_t rows      = (std::int32_t) nq;
     std::int32_t seqs      = (std::int32_t) nq;
     double       expected  = (double) nq;
-    double       best_rate = expected / step_us(rows, b.n_past, 1, seqs);
+    double       best_rate = worth(expected, step_us(rows, b.n_past, 1, seqs));
     bool         pays      = false;
     scratch_.has_child.resize(nq);
     for (size_t i = 0; i < nq; ++i) scratch_.has_child[i].assign(b.lim[i] + 1, 0);
@@ -375,7 +383,7 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         ++next[pick];
         ++rows;
         expected += pv;
-        const double rate = expected / drafting_step_us(rows, b.n_past, 1, seqs);
+        const double rate = worth(expected, drafting_step_us(rows, b.n_past, 1, seqs));
         if (rate > best_rate) {
             best_rate = rate;
             pays      = true;
@@ -397,7 +405,7 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
     // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
     // pass per distinct row count.
     double       expected  = (double) nq;
-    double       best_rate = expected / step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
+    double       best_rate = worth(expected, step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq));
     std::int32_t k_best    = 0;
     for (size_t k = 1; k <= b.pad_max; ++k) {
         std::int32_t rows = 0;
@@ -405,7 +413,7 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
             if (k <= b.lim[i]) expected += b.prob[i][k - 1];
             rows += 1 + (std::int32_t) std::min(k, b.cap[i]);
         }
-        const double rate = expected / drafting_step_us(rows, b.n_past, nq, (std::int32_t) nq);  // chains: one each
+        const double rate = worth(expected, drafting_step_us(rows, b.n_past, nq, (std::int32_t) nq));  // chains: one each
         if (rate > best_rate) {
             best_rate = rate;
             k_best    = (std::int32_t) k;
@@ -538,6 +546,12 @@ void online_budget::observe_step(const step_report & r) {
         m.plain_token_us = m.plain_token_us > 0 ? (1 - params_.plain_ema) * m.plain_token_us + params_.plain_ema * t : t;
     } else {
         ++m.since_plain;
+    }
+    if (r.n_tokens > 0 && r.t_pass_us > 0) {
+        ++n_rated_;
+        const double w = std::max(params_.rate_ema, 1.0 / (double) n_rated_);
+        rate_tokens_   = (1 - w) * rate_tokens_ + w * (double) r.n_tokens;
+        rate_us_       = (1 - w) * rate_us_ + w * (r.t_pass_us + r.t_draft_us);
     }
     if (r.t_draft_us > 0 && !drafted_before_) {
         // A process's first draft pays for cold caches (the datastore's pages, lazily built tables): several plain

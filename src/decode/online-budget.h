@@ -35,6 +35,7 @@ struct online_budget_params {
     double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
     double       loss_z = 2.0;          // drafting is switched off when its loss exceeds this many standard errors
     double       plain_ema = 0.1;       // weight of a new plain step in what plain decoding costs per token
+    double       rate_ema = 0.02;       // weight of a step in the rate decoding runs at (see worth())
     double       slow_ema = 0.02;       // weight of a pass in its thread count's slowdown (see slowdown())
     std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
     // While drafting, a plain step every plain_every to plain_every_max steps, so that the gain compares with what
@@ -179,6 +180,7 @@ class online_budget final : public budget_policy {
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b) const;
     void  note_choice(std::int32_t n_nodes);
+    double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
     std::int32_t recent_choice() const;
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
     void  update_gain(const step_report & r);
@@ -200,6 +202,8 @@ class online_budget final : public budget_policy {
     std::int32_t                                plain_threads_ = 0; // threads of plain passes (the context's)
     cost_est                                    seq_;              // microseconds an extra sequence added
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
+    double                                      rate_tokens_ = 0, rate_us_ = 0;  // EMAs of a step's tokens and time
+    std::int64_t                                n_rated_ = 0;     // steps in them
     double                                      t_draft_node_us_ = 0;  // ... per node asked for (0: unmeasured)
     std::array<mode, k_classes>                 mode_{};
     std::int64_t                                n_steps_ = 0;
