@@ -2,7 +2,7 @@
 // first steps (cold) and once it runs (warm). Issue 20's figure: retrieval plus a 16-node tree per step.
 //
 //   bench-draft-index -m MODEL.gguf --index IDX [--index IDX2 ...] [--budget 16] [--steps 20000] [--cold 10]
-//                     [--prompt 64] [--evict] [--all-sources] FILE...
+//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] FILE...
 //
 // FILEs are text files fed token by token as if the model were generating them (held-out code, ideally not in the
 // index). Each document starts with reset() on its first --prompt tokens, then every step is accept(one token) +
@@ -33,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace rest;
@@ -50,6 +51,12 @@ long major_faults() {
     rusage ru{};
     getrusage(RUSAGE_THREAD, &ru);
     return ru.ru_majflt;
+}
+
+long minor_faults() {
+    rusage ru{};
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_minflt;
 }
 
 // The regular files of an index path (a file, or a shard directory).
@@ -111,6 +118,7 @@ int main(int argc, char ** argv) {
     int                      budget = 16, n_cold = 10;
     std::size_t              n_steps = 20000, n_prompt = 64;
     bool                     do_evict = false, all_sources = false;
+    int                      settle_ms = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto              v = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -122,6 +130,7 @@ int main(int argc, char ** argv) {
         else if (a == "--prompt") n_prompt = std::stoull(v());
         else if (a == "--evict") do_evict = true;
         else if (a == "--all-sources") all_sources = true;
+        else if (a == "--settle-ms") settle_ms = std::stoi(v());
         else files.push_back(a);
     }
     if (model.empty() || indexes.empty() || files.empty()) {
@@ -165,14 +174,18 @@ int main(int argc, char ** argv) {
         std::printf("open: %.3f ms; %llu tokens in %zu shard(s)\n", open_us / 1e3,
                     (unsigned long long) ds->info().n_tokens, ds->info().n_shards);
 
+        if (settle_ms > 0) {  // a server that opened the index a while ago (its pages mapped in meanwhile)
+            std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+            std::printf("settled: %d ms after open before the first step\n", settle_ms);
+        }
         drafter_params p;
         p.use_context = all_sources;
         p.use_history = false;
         drafter dr(ds.get(), nullptr, p);
 
         std::vector<double> wall, cpu;
-        std::vector<long>   faults;
-        std::vector<double> nodes;
+        std::vector<long>   faults, minflt;
+        std::vector<double> nodes, probes, match_us, finds;
         std::size_t         n_hit = 0, di = 0, pos = 0;
         double              reset_us = 0, reset_cpu_us = 0;
         long                reset_faults = 0;
@@ -195,12 +208,18 @@ int main(int argc, char ** argv) {
                 pos = n_prompt;
             }
             const long       f0   = major_faults();
+            const long       m0   = minor_faults();
             const double     c0   = thread_cpu_us();
             const auto       t0   = std::chrono::steady_clock::now();
             dr.accept({&docs[di][pos++], 1});
-            const draft_tree tree = dr.draft(budget);
+            draft_stats      st;
+            const draft_tree tree = dr.draft(budget, &st);
             const auto       t1   = std::chrono::steady_clock::now();
             const double     c1   = thread_cpu_us();
+            minflt.push_back(minor_faults() - m0);
+            probes.push_back(static_cast<double>(st.n_probes));
+            match_us.push_back(st.t_match_us);
+            finds.push_back(static_cast<double>(st.n_find));
             wall.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
             cpu.push_back(c1 - c0);
             faults.push_back(major_faults() - f0);
@@ -216,9 +235,11 @@ int main(int argc, char ** argv) {
         const std::size_t n_c = std::min<std::size_t>(static_cast<std::size_t>(n_cold), wall.size());
         double            cold_wall = 0, cold_cpu = 0;
         long              cold_faults = 0;
-        std::printf("cold steps (accept + draft(%d)), us:\n  step      wall       cpu  majflt  nodes\n", budget);
+        std::printf("cold steps (accept + draft(%d)), us:\n  step      wall       cpu  majflt  minflt  probes  match_us  nodes\n",
+                    budget);
         for (std::size_t i = 0; i < n_c; ++i) {
-            std::printf("  %4zu %9.1f %9.1f %7ld %6.0f\n", i + 1, wall[i], cpu[i], faults[i], nodes[i]);
+            std::printf("  %4zu %9.1f %9.1f %7ld %7ld %7.0f %9.1f %6.0f\n", i + 1, wall[i], cpu[i], faults[i], minflt[i],
+                        probes[i], match_us[i], nodes[i]);
             cold_wall += wall[i];
             cold_cpu += cpu[i];
             cold_faults += faults[i];
@@ -244,6 +265,24 @@ int main(int argc, char ** argv) {
                     pct(w, 0.9), pct(w, 0.99), pct(w, 0.999), w.empty() ? 0.0 : w.back());
         std::printf("  cpu us:  p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", pct(c, 0.5), pct(c, 0.9),
                     pct(c, 0.99), pct(c, 0.999), c.empty() ? 0.0 : c.back());
+        // What the slow warm steps have in common: probes of the tree's discovery, page faults, time in matching.
+        for (const double lim : {0.0, 50.0}) {
+            std::size_t n = 0;
+            double      pr = 0, mf = 0, mu = 0, fi = 0, wt = 0;
+            for (std::size_t i = n_c; i < wall.size(); ++i) {
+                if (wall[i] > lim) {
+                    ++n;
+                    pr += probes[i];
+                    mf += static_cast<double>(minflt[i]);
+                    mu += match_us[i];
+                    fi += finds[i];
+                    wt += wall[i];
+                }
+            }
+            const double k = static_cast<double>(std::max<std::size_t>(1, n));
+            std::printf("  steps over %.0f us: %zu, mean wall %.1f us, probes %.0f, minor faults %.2f, match %.1f us, "
+                        "finds %.2f\n", lim, n, wt / k, pr / k, mf / k, mu / k, fi / k);
+        }
         std::printf("  nodes per tree %.1f, first-token hit rate %.3f\n", mean_nodes,
                     static_cast<double>(n_hit) / static_cast<double>(std::max<std::size_t>(1, wall.size())));
     } catch (const std::exception & e) {
