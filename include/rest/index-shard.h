@@ -66,6 +66,17 @@ class index_shard {
         return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
     }
 
+    // token_at() for a position known to lie in the text (pos < n_tokens()): no bound check. For loops that check
+    // their whole span once (a pattern's length past a suffix's start) instead of once per token.
+    token_id token_in(std::uint64_t pos) const {
+        if (width_ == 2) {
+            const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];
+            return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);
+        }
+        const std::uint32_t v = static_cast<const std::uint32_t *>(text_)[pos];
+        return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
+    }
+
     std::uint64_t suffix(std::uint64_t rank) const { return sa_[rank]; }
 
     // Token at offset `depth` of the suffix with this rank (k_doc_end past a document's end).
