@@ -2,12 +2,15 @@
 // first steps (cold) and once it runs (warm). Issue 20's figure: retrieval plus a 16-node tree per step.
 //
 //   bench-draft-index -m MODEL.gguf --index IDX [--index IDX2 ...] [--budget 16] [--steps 20000] [--cold 10]
-//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] FILE...
+//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] [--probe-max N] FILE...
 //
 // FILEs are text files fed token by token as if the model were generating them (held-out code, ideally not in the
 // index). Each document starts with reset() on its first --prompt tokens, then every step is accept(one token) +
 // draft(budget), timed alone (wall and thread CPU time). The model is used for its tokenizer only, and everything
 // is tokenized before the index is opened, so the first steps are the first lookups the process makes.
+//
+// --probe-max sets the drafter's cap on suffix-array probes per step (n_probe_max, default 16384): what capping the
+// work per step buys against what it costs in hit rate.
 //
 // --evict asks the kernel to drop the index files from the page cache (posix_fadvise DONTNEED: only these files,
 // nothing else on the machine) before opening them, and reports how much of each was resident before and after
@@ -119,6 +122,7 @@ int main(int argc, char ** argv) {
     std::size_t              n_steps = 20000, n_prompt = 64;
     bool                     do_evict = false, all_sources = false;
     int                      settle_ms = 0;
+    long long                probe_max = -1;  // drafter_params::n_probe_max (-1: the default)
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto              v = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -131,6 +135,7 @@ int main(int argc, char ** argv) {
         else if (a == "--evict") do_evict = true;
         else if (a == "--all-sources") all_sources = true;
         else if (a == "--settle-ms") settle_ms = std::stoi(v());
+        else if (a == "--probe-max") probe_max = std::stoll(v());
         else files.push_back(a);
     }
     if (model.empty() || indexes.empty() || files.empty()) {
@@ -181,6 +186,7 @@ int main(int argc, char ** argv) {
         drafter_params p;
         p.use_context = all_sources;
         p.use_history = false;
+        if (probe_max >= 0) p.n_probe_max = static_cast<std::uint64_t>(probe_max);
         drafter dr(ds.get(), nullptr, p);
 
         std::vector<double> wall, cpu;
