@@ -32,3 +32,9 @@ target_link_libraries(bench-policy-replay PRIVATE rest-llama rest-core)
 add_executable(bench-verify-shapes bench-verify-shapes.cpp)
 target_link_libraries(bench-verify-shapes PRIVATE rest-llama rest-core benchmark::benchmark)
 target_compile_definitions(bench-verify-shapes PRIVATE REST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# The draft step on a real index in a fresh process: the first steps (cold, optionally with the index evicted from
+# the page cache) apart from the warm steps' percentiles (issue 20's scale figures).
+#   bench-draft-index -m MODEL.gguf --index IDX --evict FILE...
+add_executable(bench-draft-index draft-index.cpp)
+target_link_libraries(bench-draft-index PRIVATE rest-llama rest-core)

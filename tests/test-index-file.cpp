@@ -273,3 +273,60 @@ TEST_F(index_bad_file, open_does_not_read_sections) {
 }
 
 }  // namespace
+
+// The background prefetch of a large index's pages (index/index-file.h): once it is done, reading every page takes
+// (almost) no page faults; small mappings and REST_INDEX_PREFETCH=0 start no thread; destroying it mid-way stops it.
+#include "index/index-file.h"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+
+namespace {
+
+long thread_minor_faults() {
+    rusage ru{};
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_minflt;
+}
+
+TEST(IndexFile, PrefetcherMapsPagesInBehindTheCaller) {
+    const std::string path  = tmp_path("prefetch.bin");
+    const std::size_t bytes = 80u << 20;  // over the 64 MiB threshold
+    {
+        std::ofstream     out(path, std::ios::binary);
+        std::vector<char> block(1 << 20, 'x');
+        for (std::size_t i = 0; i < bytes / block.size(); ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+    }
+    const long page = sysconf(_SC_PAGESIZE);
+    {
+        rest::file_mapping    map(path);
+        rest::page_prefetcher pf;
+        pf.start(map.data(), map.size());
+        ASSERT_TRUE(pf.started());
+        pf.wait();
+        const long    f0  = thread_minor_faults();
+        std::uint64_t sum = 0;
+        for (std::size_t off = 0; off < map.size(); off += static_cast<std::size_t>(page)) sum += map.data()[off];
+        const long faults = thread_minor_faults() - f0;
+        EXPECT_EQ(sum, std::uint64_t('x') * (bytes / static_cast<std::size_t>(page)));
+        EXPECT_LT(faults, static_cast<long>(bytes / static_cast<std::size_t>(page) / 100)) << "pages not mapped in";
+    }
+    {
+        rest::file_mapping    map(path);
+        rest::page_prefetcher small;
+        small.start(map.data(), 1u << 20);
+        EXPECT_FALSE(small.started());
+        setenv("REST_INDEX_PREFETCH", "0", 1);
+        rest::page_prefetcher off;
+        off.start(map.data(), map.size());
+        EXPECT_FALSE(off.started());
+        unsetenv("REST_INDEX_PREFETCH");
+        rest::page_prefetcher stopped;  // destroyed at once: stops between steps and joins, before the unmap
+        stopped.start(map.data(), map.size());
+        EXPECT_TRUE(stopped.started());
+    }
+    fs::remove(path);
+}
+
+}  // namespace

@@ -53,9 +53,22 @@ class index_shard {
 
     // Token at text position pos; k_doc_end for a separator or pos >= n.
     token_id token_at(std::uint64_t pos) const {
+#ifndef REST_INDEX_UNCHECKED  // bench-index-lookup-unchecked only: what this bound costs (issue 20's <= 2%)
         if (pos >= n_) {
             return k_doc_end;
         }
+#endif
+        if (width_ == 2) {
+            const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];
+            return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);
+        }
+        const std::uint32_t v = static_cast<const std::uint32_t *>(text_)[pos];
+        return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
+    }
+
+    // token_at() for a position known to lie in the text (pos < n_tokens()): no bound check. For loops that check
+    // their whole span once (a pattern's length past a suffix's start) instead of once per token.
+    token_id token_in(std::uint64_t pos) const {
         if (width_ == 2) {
             const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];
             return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);

@@ -117,6 +117,8 @@ class mmap_datastore final : public datastore {
             fail("has shards that disagree with the header (" + std::to_string(n_sa_total) + " tokens in shards, " +
                  std::to_string(hd_.n_tokens) + " in the header)");
         }
+        // Every check passed: map the pages in behind the caller's back (large indexes only; see page_prefetcher).
+        prefetch_.start(base, size);
 
         info_.format_version        = hd_.version;
         info_.tokenizer_fingerprint = hd_.tokenizer_fingerprint;
@@ -193,6 +195,7 @@ class mmap_datastore final : public datastore {
 
     std::string                   path_;
     file_mapping                  map_;
+    page_prefetcher               prefetch_;  // after map_: stopped and joined before the mapping goes
     fmt::file_header              hd_{};
     std::uint64_t                 n_buckets_ = 0;  // per shard
     std::vector<fmt::shard_entry> table_;

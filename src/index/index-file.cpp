@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -127,6 +128,42 @@ file_mapping::~file_mapping() {
         ::munmap(data_, size_);
     }
 }
+
+void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size) {
+    constexpr std::uint64_t k_min_bytes = 64ull << 20;
+    const char *            env         = std::getenv("REST_INDEX_PREFETCH");
+    const long              pages       = ::sysconf(_SC_PHYS_PAGES);
+    const long              page        = ::sysconf(_SC_PAGESIZE);
+    const std::uint64_t     phys        = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+    if (thread_.joinable() || !data || size < k_min_bytes || size > phys / 2 || (env && std::strcmp(env, "0") == 0)) {
+        return;
+    }
+    thread_ = std::jthread([data, size, page](std::stop_token stop) {
+        constexpr std::uint64_t k_step = 32ull << 20;
+        bool                    populate = true;
+        for (std::uint64_t off = 0; off < size && !stop.stop_requested(); off += k_step) {
+            const std::uint64_t n = std::min(k_step, size - off);
+#ifdef MADV_POPULATE_READ
+            if (populate && ::madvise(const_cast<std::uint8_t *>(data) + off, n, MADV_POPULATE_READ) == 0) {
+                continue;
+            }
+#endif
+            populate = false;  // EINVAL before Linux 5.14: touch one byte per page instead
+            volatile std::uint8_t sink = 0;
+            for (std::uint64_t p = off; p < off + n; p += static_cast<std::uint64_t>(page)) {
+                sink = sink + data[p];
+            }
+        }
+    });
+}
+
+void page_prefetcher::wait() {
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+}
+
+page_prefetcher::~page_prefetcher() = default;  // std::jthread: asks the thread to stop, then joins it
 
 anon_buffer::anon_buffer(std::size_t bytes) : bytes_(bytes) {
     if (bytes == 0) {

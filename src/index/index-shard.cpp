@@ -91,9 +91,11 @@ const index_shard::bucket_samples * index_shard::bucket_sample(token_id t) const
 
 std::uint64_t index_shard::key_at(std::uint64_t pos) const {
     // Past the end sorts first (a shorter suffix precedes its extensions); a separator sorts last.
+#ifndef REST_INDEX_UNCHECKED
     if (pos >= n_) {
         return 0;
     }
+#endif
     const token_id t = token_at(pos);
     return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
 }
@@ -207,10 +209,18 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
     if (pattern.size() == 1 || r.empty()) {
         return r;
     }
-    // The suffix at text position pos against the pattern from token d0 on (the tokens before agree).
+    // The suffix at text position pos against the pattern from token d0 on (the tokens before agree). Where the
+    // whole pattern's span lies in the text (almost always), one bound check for the span instead of one per token.
     auto cmp_at = [&](std::uint64_t pos, std::size_t d0) {
+        const bool inside = pos < n_ && pattern.size() <= n_ - pos;
         for (std::size_t d = d0; d < pattern.size(); ++d) {
-            const std::uint64_t k   = key_at(pos + d);
+            std::uint64_t k;
+            if (inside) {
+                const token_id t = token_in(pos + d);
+                k                = t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
+            } else {
+                k = key_at(pos + d);
+            }
             const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
             if (k != key) {
                 return k < key ? -1 : 1;
