@@ -52,7 +52,12 @@ class whole_chain final : public budget_policy {
   public:
     whole_chain(std::int32_t n_max, float score_min) : n_max_(n_max), score_min_(score_min) {}
     void choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) override {
-        for (std::size_t i = 0; i < qs.size(); ++i) n_out[i] = std::min((std::int32_t) qs[i].tree->size(), n_max_);
+        // The drafter keeps a chain's first node whatever its score; a drafter that stops where its statistics do
+        // would not have proposed it.
+        for (std::size_t i = 0; i < qs.size(); ++i) {
+            const draft_tree & t = *qs[i].tree;
+            n_out[i] = t.empty() || t.scores[0] < score_min_ ? 0 : std::min((std::int32_t) t.size(), n_max_);
+        }
     }
     std::int32_t draft_nodes_hint() const override { return n_max_; }
     float        chain_score_min() const override { return score_min_; }

@@ -148,14 +148,18 @@ TEST(online_budget, online_correction_tracks_measured_time) {
     EXPECT_NEAR(b.predict_us(8, 10), 2 * 238.0, 5.0);
     // A size not observed yet follows the shared correction (the machine got slower overall)...
     EXPECT_NEAR(b.predict_us(1, 10), 2 * 77.0, 2.0);
-    // ...until it is measured itself.
+    // ...until it is measured itself; plain's own estimate does not fade (the plain checks keep it fresh).
     for (int i = 0; i < 400; ++i) b.observe_step(step_of(1, 77.0));
     EXPECT_NEAR(b.predict_us(1, 10), 77.0, 2.0);
-    // And a size not re-measured fades back to the shared correction (now ~1), at forget_steps' scale: one
-    // stale reading cannot keep a length switched off for good.
-    const double w = 1.0 - 0.5 * 400.0 / online_budget_params{}.forget_steps;
+    // Plain passes do not move the shared correction: it is what drafting shapes fade to.
+    EXPECT_NEAR(b.predict_us(3, 10), 2 * k_cpu.predict_us(3, 10), 4.0);
+    // A drafting size not re-measured fades back to the shared correction, which other drafting passes (4 rows, at
+    // their start-up time) bring back to ~1, at forget_steps' scale: one stale reading cannot keep a length
+    // switched off for good.
+    for (int i = 0; i < 400; ++i) b.observe_step(step_of(4, 146.0));
+    const double w = 1.0 - 0.5 * 800.0 / online_budget_params{}.forget_steps;
     EXPECT_NEAR(b.predict_us(8, 10), 238.0 * (1 + w), 238.0 * 0.05);
-    for (int i = 0; i < 4000; ++i) b.observe_step(step_of(1, 77.0));
+    for (int i = 0; i < 4000; ++i) b.observe_step(step_of(4, 146.0));
     EXPECT_NEAR(b.predict_us(8, 10), 238.0, 238.0 * 0.02);
 }
 

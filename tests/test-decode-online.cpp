@@ -100,7 +100,7 @@ TEST(online_budget_run, drafts_that_never_pay_cost_within_three_percent_of_plain
 }
 
 TEST(online_budget_run, preempted_steps_on_a_busy_machine_do_not_switch_drafting_off) {
-    // A busy machine: one pass in ten, of any shape, is preempted and takes 20x its time. Drafting pays about 2x
+    // A busy machine: one pass in eight, of any shape, is preempted and takes 20x its time. Drafting pays about 2x
     // at every percentile; the spikes must not read as drafting losing (they did when plain's side of the
     // comparison was a median and drafting's a mean: drafting was switched off again and again).
     auto spiky = [](int rows, int pass) {

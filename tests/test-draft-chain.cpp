@@ -304,7 +304,7 @@ std::vector<ref_link> ref_chain(const texts_t & texts, const std::vector<token_i
 
 TEST(draft_chain, chain_equals_brute_force) {
     std::mt19937 rng(11);
-    int          n_chains = 0, n_long = 0, n_cut_by_score = 0;
+    int          n_chains = 0, n_long = 0, n_cut_by_score = 0, n_first_only = 0;
     for (int round = 0; round < 24; ++round) {
         const int        n_vocab = std::vector<int>{3, 6, 20}[round % 3];
         memory_datastore ds(rng, 1 + round % 2, 12, 80, n_vocab);
@@ -327,7 +327,8 @@ TEST(draft_chain, chain_equals_brute_force) {
         for (int step = 0; step < 30; ++step) {
             const int   cap       = 1 + static_cast<int>(rng() % 20);
             const int   want      = 1 + static_cast<int>(rng() % 12);
-            const float score_min = std::vector<float>{0.0f, 0.05f, 0.3f}[rng() % 3];
+            // 2: above every score, so only the first node (which is kept whatever its score) is left.
+            const float score_min = std::vector<float>{0.0f, 0.05f, 0.3f, 2.0f}[rng() % 4];
             const int   n_max     = std::min({cap, 2 * want, p.n_budget_max});
             const draft_tree got  = dr.draft_chain(cap, want, INT32_MAX, score_min);
             const auto       want_chain = ref_chain(texts, ctx, p, rw, n_max, score_min);
@@ -344,6 +345,10 @@ TEST(draft_chain, chain_equals_brute_force) {
             n_chains++;
             n_long += got.size() >= 6;
             n_cut_by_score += score_min > 0 && static_cast<int>(got.size()) < n_max;
+            if (score_min > 1) {
+                ASSERT_LE(got.size(), 1u) << where.str();
+                n_first_only += got.size() == 1;
+            }
             // The output goes on: mostly the chain's first tokens, sometimes something else.
             std::vector<token_id> emit;
             for (std::size_t i = 0; i < got.size() && rng() % 4 != 0; ++i) emit.push_back(got.tokens[i]);
@@ -356,6 +361,7 @@ TEST(draft_chain, chain_equals_brute_force) {
     EXPECT_EQ(n_chains, 24 * 30);
     EXPECT_GT(n_long, 50);          // chains past a few tokens are exercised
     EXPECT_GT(n_cut_by_score, 20);  // and chains the score threshold ended
+    EXPECT_GT(n_first_only, 20);    // and first nodes kept below it
 }
 
 TEST(draft_chain, off_is_the_best_path_of_a_tree) {

@@ -471,6 +471,7 @@ void decoder::step_live() {
         rep.n_asked    = n_asked_;
         rep.predicted  = predicted_;
         rep.n_threads  = pass_threads_;
+        rep.n_threads_context = model_.n_threads();
         policy_->observe_step(rep);
     }
     for (request * r : live_) {

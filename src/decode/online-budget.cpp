@@ -140,14 +140,19 @@ double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
     const cost_est * e      = find_est(n_rows, n_equal);
     const double     shared = shared_ratio(threads_of(n_rows, n_equal));
     if (!e) return shared;
+    // Plain's own estimate does not fade: the plain checks keep measuring it, and the shared ratio moves with the
+    // drafting passes it is compared against.
+    if (n_rows <= (std::int32_t) std::max<std::size_t>(n_live_, 1)) return e->median;
     const double w = std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - e->at) / params_.forget_steps);
     return shared + (e->median - shared) * w;
 }
 
-std::int32_t online_budget::threads_of(std::int32_t n_rows, std::size_t n_requests) const {
-    const std::size_t  n = std::max<std::size_t>(n_requests, 1);
-    const std::int32_t t = n_rows <= (std::int32_t) n ? 0 : table_.threads_for(n_rows, n);  // plain: the context's
-    return t > 0 ? t : plain_threads_ > 0 ? plain_threads_ : table_.threads_for(1);
+std::int32_t online_budget::threads_of(std::int32_t n_rows, std::size_t n_equal) const {
+    // As the decoder picks them: plain passes and passes llama.cpp splits (n_equal 0) on the context's threads,
+    // others on the table's choice for the batch being priced.
+    const std::size_t  n = std::max<std::size_t>(n_live_, 1);
+    const std::int32_t t = n_rows <= (std::int32_t) n || n_equal == 0 ? 0 : table_.threads_for(n_rows, n);
+    return t > 0 ? t : context_threads_ > 0 ? context_threads_ : table_.threads_for(1);
 }
 
 double online_budget::shared_ratio(std::int32_t threads) const {
@@ -173,14 +178,19 @@ double online_budget::slowdown(std::int32_t threads) const {
     // Throughput is set by the mean time, the estimates are medians (so that one preempted pass moves them little).
     // On a quiet machine the two agree; on a busy one a pass on every core waits for the busy one: on stories260K,
     // -t 2, with a compile running, 2-thread passes averaged 5-10x their median, 1-thread passes 2x.
-    return threads > 0 && (std::size_t) threads < slow_threads_.size() ? std::max(1.0, slow_threads_[threads]) : 1.0;
+    if (threads <= 0 || (std::size_t) threads >= slow_threads_.size()) return 1.0;
+    // Not measured lately (a thread count only plain checks use), it fades back to 1 as the cost estimates do.
+    const auto & [f, at] = slow_threads_[threads];
+    const double w       = std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - at) / params_.forget_steps);
+    return std::max(1.0, 1.0 + (f - 1.0) * w);
 }
 
 double online_budget::change_us(std::int32_t threads) const {
     // Another thread count wakes or parks workers besides the graph rebuild: on stories260K, -t 2, a 2-row pass on
     // one thread after one on two took 655 us against 275 steady, and a 1-row pass on two after one on one 2,481.
     const bool other = threads > 0 && last_threads_ > 0 && threads != last_threads_;
-    return other && switch_.n > 0 ? switch_.median : rebuild_us();
+    const cost_est * s = other && (std::size_t) threads < switch_.size() ? &switch_[threads] : nullptr;
+    return s && s->n > 0 ? s->median : rebuild_us();
 }
 
 double online_budget::rebuild_us() const {
@@ -226,6 +236,7 @@ void online_budget::seed_from_neighbour(std::size_t c) {
 
 bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
     const std::size_t c = bucket(n_requests, predicted);
+    cur_class_          = c;
     if (!mode_[c].measured) seed_from_neighbour(c);
     mode & m = mode_[c];
     if (m.off_left == 0) {
@@ -235,6 +246,7 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
     }
     if (--m.off_left == 0) {
         m.steps   = 0;  // a probe: measure the gain afresh
+        m.var_steps = 0;
         m.t_plain = m.t_spent = 0;
     }
     return false;
@@ -247,6 +259,7 @@ void online_budget::observe_request(bool predicted) {
         if (m.off_left > 0) {
             m.off_left = 0;  // a probe: measure this prediction's gain (the back-off level stays)
             m.steps    = 0;
+            m.var_steps = 0;
             m.t_plain = m.t_spent = 0;
         }
     }
@@ -255,8 +268,8 @@ void online_budget::observe_request(bool predicted) {
 std::int32_t online_budget::plain_interval(const mode & m) const {
     // A plain step among drafting ones costs about itself plus a change of shape each way (llama.cpp's graph, and on
     // a CPU the thread count): spaced so that this stays near plain_cost_frac of the drafting steps' time.
-    if (!(m.t_spent > 0) || !(m.plain_token_us > 0)) return params_.plain_every;
-    const double check = m.plain_token_us + 2 * rebuild_us();
+    if (!(m.t_spent > 0) || !(m.plain_ratio > 0)) return params_.plain_every;
+    const double check = prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
     const double steps = check / (params_.plain_cost_frac * m.t_spent);
     return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }
@@ -344,7 +357,8 @@ double online_budget::worth(double expected, double us) const {
     // the rate over all steps. A step's own tokens per microsecond would not: it sets a higher bar for another node
     // on a step whose first nodes are sure than on one whose are doubtful, and verifies more on the doubtful ones.
     // Until a rate is measured, the step's own.
-    return rate_us_ > 0 ? expected - rate_tokens_ / rate_us_ * us : expected / us;
+    const mode & m = mode_[cur_class_];  // the rate of batches like this one (of its size, with a prediction or not)
+    return m.rate_us > 0 ? expected - m.rate_tokens / m.rate_us * us : expected / us;
 }
 
 void online_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
@@ -355,7 +369,7 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     std::vector<size_t> & next = next_;
     next.assign(nq, 0);
     // Greedy over the whole batch: add the next node (in each tree's best-first order, padding last) with the
-    // highest calibrated probability, and remember the configuration with the best expected tokens per microsecond.
+    // highest calibrated probability, and remember the configuration worth() most.
     // The pass's sequences are counted along (a node adds one unless its parent was a leaf; padding continues the
     // last node, a leaf), so that a change of tree shape is priced like a change of rows.
     std::int32_t rows      = (std::int32_t) nq;
@@ -456,24 +470,27 @@ void online_budget::update_gain(const step_report & r) {
     // and on a busy machine a pass on more threads is preempted more often (the mean of a 2-thread plain pass was 4x
     // its median there, a 1-thread drafting pass's 2x).
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
-    // Until a plain step is measured, the start-up estimate, frozen: the shared ratio that unmeasured shapes fade to
-    // moves with the drafting passes, and plain's side must not move with what it is compared against.
-    if (!(m.plain_token_us > 0)) {
-        m.plain_token_us = predict_us((std::int32_t) r.n_requests, r.n_past, plain_equal) / (double) r.n_requests;
-    }
-    const double per_token = m.plain_token_us;
+    // Until a plain step is measured, the estimate of the first drafting step, frozen: the shared ratio that
+    // unmeasured shapes fade to moves with the drafting passes, and plain's side must not move with what it is
+    // compared against.
+    const double prior = prior_us((std::int32_t) r.n_requests, r.n_past, plain_equal);
+    if (!(m.plain_ratio > 0)) m.plain_ratio = ratio_of((std::int32_t) r.n_requests, plain_equal);
+    const double per_token = prior * m.plain_ratio / (double) r.n_requests;
     ++m.steps;
+    ++m.var_steps;
     m.measured     = true;
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
     const double spent = r.t_pass_us + r.t_draft_us, plain = per_token * (double) r.n_tokens;
     // The spread of a step's loss (spent - plain) next to its mean: the EMA's variance, same weights.
     const double loss  = spent - plain, delta = loss - (m.t_spent - m.t_plain);
-    m.loss_var     = m.steps == 1 ? 0.0 : (1 - w) * (m.loss_var + w * delta * delta);
+    m.loss_var     = m.var_steps == 1 ? 0.0 : (1 - w) * (m.loss_var + w * delta * delta);
     m.t_plain      = (1 - w) * m.t_plain + w * plain;
     m.t_spent      = (1 - w) * m.t_spent + w * spent;
     if (m.steps < params_.probe_steps) return;
-    // Steps as many as the EMA's memory holds (its equivalent sample size), at most those measured.
-    const double n_eff = std::min((double) m.steps, (2 - params_.gain_ema) / params_.gain_ema);
+    // Steps as many as the EMA's memory holds (its equivalent sample size), at most those measured; a gain taken
+    // from a warm start or a neighbour has no spread yet, and waits for a probe's length of its own.
+    const double n_eff = std::min((double) m.var_steps, (2 - params_.gain_ema) / params_.gain_ema);
+    if (m.var_steps < params_.probe_steps) return;
     if (m.t_spent - m.t_plain > params_.loss_z * std::sqrt(m.loss_var / n_eff)) {
         // Drafting, as chosen, is slower than plain decoding was, by more than the steps' spread explains (on a busy
         // machine a step the OS preempted costs 10-100x its median, on either side): plain steps only, then
@@ -489,6 +506,8 @@ void online_budget::update_gain(const step_report & r) {
 
 void online_budget::observe_step(const step_report & r) {
     ++n_steps_;
+    n_live_ = r.n_requests;
+    if (r.n_threads_context > 0) context_threads_ = r.n_threads_context;
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
     const double change = same ? 0.0 : change_us(r.n_threads);  // before last_threads_ moves on
@@ -497,13 +516,13 @@ void online_budget::observe_step(const step_report & r) {
         // average: preempted passes included, before this pass moves the estimates.
         const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
         if (typical > 0) {
-            if ((std::size_t) r.n_threads >= slow_threads_.size()) slow_threads_.resize((std::size_t) r.n_threads + 1, 1.0);
-            double & f = slow_threads_[r.n_threads];
-            f = (1 - params_.slow_ema) * f + params_.slow_ema * std::clamp(r.t_pass_us / typical, 0.2, 20.0);
+            if ((std::size_t) r.n_threads >= slow_threads_.size()) slow_threads_.resize((std::size_t) r.n_threads + 1, {1.0, 0});
+            auto & [f, at] = slow_threads_[r.n_threads];
+            f  = (1 - params_.slow_ema) * f + params_.slow_ema * std::clamp(r.t_pass_us / typical, 0.2, 20.0);
+            at = n_steps_;
         }
     }
     last_threads_     = r.n_threads;
-    if (r.n_rows == (std::int32_t) r.n_requests && r.n_threads > 0) plain_threads_ = r.n_threads;
     last_rows_        = r.n_rows;
     last_equal_       = r.n_equal;
     last_seqs_        = r.n_seqs;
@@ -519,7 +538,13 @@ void online_budget::observe_step(const step_report & r) {
     } else if (r.n_equal > 0 && base > 0 && t > 0 && !same && fresh) {
         // A pass of another shape than the last pays llama.cpp's graph rebuild: what it took beyond its shape's
         // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
-        (other_threads ? switch_ : rebuild_).add(std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal)));
+        const double extra_us = std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal));
+        if (other_threads && r.n_threads < k_threads_max) {
+            if ((std::size_t) r.n_threads >= switch_.size()) switch_.resize((std::size_t) r.n_threads + 1);
+            switch_[r.n_threads].add(extra_us);
+        } else {
+            rebuild_.add(extra_us);
+        }
     } else if (r.n_equal > 0 && base > 0 && t > 0) {
         // A steady pass, or one of a shape without a fresh estimate (a forced plain step after drafting ones is
         // always a change): its time less the learned change cost.
@@ -528,36 +553,43 @@ void online_budget::observe_step(const step_report & r) {
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
         e.add(steady / base);
         e.at = n_steps_;
-        // The shared ratio clamps single observations, so one preempted step cannot swing it.
-        ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
-                     params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+        // The shared ratios are what drafting shapes not measured lately fade to: learned from drafting passes only
+        // (plain's estimate never fades; while drafting is off, plain passes alone would pull them to plain's ratio,
+        // and the next probe would hop through shapes that look cheap). Single observations are clamped, so one
+        // preempted step cannot swing them.
+        const bool drafting_pass = r.n_rows > (std::int32_t) r.n_requests;
+        if (drafting_pass) {
+            ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
+                         params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+        }
         // And per thread count, which a busy machine slows unequally (a pass on every core waits for the busy one).
-        if (r.n_threads > 0 && r.n_threads < k_threads_max) {
+        if (drafting_pass && r.n_threads > 0 && r.n_threads < k_threads_max) {
             if ((std::size_t) r.n_threads >= ratio_threads_.size()) ratio_threads_.resize((std::size_t) r.n_threads + 1, 0.0);
             double & rt = ratio_threads_[r.n_threads];
             rt = rt > 0 ? (1 - params_.time_ema) * rt + params_.time_ema * std::clamp(steady / base, 0.5 * rt, 2.0 * rt)
-                        : ratio_all_;
+                        : std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
         }
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
-        const double t = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / (double) r.n_requests;
-        m.plain_token_us = m.plain_token_us > 0 ? (1 - params_.plain_ema) * m.plain_token_us + params_.plain_ema * t : t;
+        // As a ratio to the start-up time at this context length, so that it holds at another (attention grows).
+        const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);
+        m.plain_ratio      = m.plain_ratio > 0 ? (1 - params_.plain_ema) * m.plain_ratio + params_.plain_ema * ratio : ratio;
     } else {
         ++m.since_plain;
-    }
-    if (r.n_tokens > 0 && r.t_pass_us > 0) {
-        ++n_rated_;
-        const double w = std::max(params_.rate_ema, 1.0 / (double) n_rated_);
-        rate_tokens_   = (1 - w) * rate_tokens_ + w * (double) r.n_tokens;
-        rate_us_       = (1 - w) * rate_us_ + w * (r.t_pass_us + r.t_draft_us);
     }
     if (r.t_draft_us > 0 && !drafted_before_) {
         // A process's first draft pays for cold caches (the datastore's pages, lazily built tables): several plain
         // steps' worth once, which says nothing about what drafting costs from then on.
         drafted_before_ = true;
         return;
+    }
+    if (r.n_tokens > 0 && r.t_pass_us > 0) {
+        ++m.n_rated;
+        const double w = std::max(params_.rate_ema, 1.0 / (double) m.n_rated);
+        m.rate_tokens  = (1 - w) * m.rate_tokens + w * (double) r.n_tokens;
+        m.rate_us      = (1 - w) * m.rate_us + w * (r.t_pass_us + r.t_draft_us);
     }
     if (r.t_draft_us > 0) {
         t_draft_us_ = t_draft_us_ == 0 ? r.t_draft_us : 0.9 * t_draft_us_ + 0.1 * r.t_draft_us;

@@ -10,7 +10,8 @@
 //    adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned from the passes that changed;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included), both means of measured steps. This is the check the others answer
-//    to: the per-step choice maximises the first two's expected rate, and where drafting loses by more than the
+//    to: the per-step choice maximises the first two's expected tokens net of their time at the rate decoding runs
+//    at (see worth()), and where drafting loses by more than the
 //    steps' spread explains, it is switched off and probed again after 8, 16, ... off_max plain steps.
 #pragma once
 
@@ -59,7 +60,7 @@ class online_budget final : public budget_policy {
     online_budget(cost_table table, online_budget_params params = {}, const budget_state * warm = nullptr);
 
     bool want_draft(std::size_t n_requests, bool predicted) override;
-    // One more than recent_choice() (chains get their room to grow from draft_chain()'s twice it: a policy that keeps
+    // One more than recent_choice() (chains get their room to grow from drafter::draft_chain()'s twice it: a policy that keeps
     // choosing every node drafted doubles its chains every k_recent_share steps; trees ask tree_draft_nodes()), and
     // at least as many nodes as drafting for draft_cost_frac of a plain step buys (all of them on a large model).
     // Every node drafted and not verified costs drafting time: on stories260K each costs ~1.7 us, ~0.7% of a step.
@@ -71,7 +72,8 @@ class online_budget final : public budget_policy {
     std::int32_t tree_draft_nodes() const override;  // the hint with room to double: 2 + twice the recent choice
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
-    void observe_other_pass() override { last_rows_ = 0; last_seqs_ = 0; last_threads_ = 0; }
+    // A pass with another request's prompt rows ran on the context's threads, in a shape of its own.
+    void observe_other_pass() override { last_rows_ = 0; last_seqs_ = 0; last_threads_ = context_threads_; }
     void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
@@ -90,8 +92,8 @@ class online_budget final : public budget_policy {
     // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
     // takes 1.0), learned from the branchy passes themselves (0 until one is seen).
     double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
-    // The same plus the graph rebuild if the shape (rows, n_equal and, when known, n_seqs as in step_report)
-    // differs from the last pass's.
+    // The same plus a change of shape (change_us()) if the shape (rows, n_equal and, when known, n_seqs as in
+    // step_report) differs from the last pass's, times the slowdown of its thread count: what a step is priced at.
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
     // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
     double gain(std::size_t n_requests, bool predicted = false) const;
@@ -113,8 +115,11 @@ class online_budget final : public budget_policy {
         std::int32_t off_left = 0;  // plain steps left before the next probe
         std::int32_t n_off = 0;     // probes in a row that did not pay
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
-        double       plain_token_us = 0;  // EMA of a plain pass's time per request, preempted passes included
+        double       plain_ratio = 0;  // EMA of a plain pass's measured / start-up time, preempted passes included
         double       loss_var = 0;  // EMA variance of a drafting step's loss (t_spent - t_plain per step)
+        std::int32_t var_steps = 0; // drafting steps in loss_var (a warm or seeded gain has none yet)
+        double       rate_tokens = 0, rate_us = 0;  // EMAs of a step's tokens and time, every step (see worth())
+        std::int64_t n_rated = 0;   // steps in them
         bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
     };
     void seed_from_neighbour(std::size_t c);
@@ -157,8 +162,8 @@ class online_budget final : public budget_policy {
     // What a change to a pass on `threads` costs after the last pass: rebuild_us(), or when the thread count changes
     // too, what such changes were measured to cost (learned apart).
     double change_us(std::int32_t threads) const;
-    // Threads a pass of n_rows over n_requests runs on: the start-up table's choice, the context's for plain passes.
-    std::int32_t threads_of(std::int32_t n_rows, std::size_t n_requests) const;
+    // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
+    std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` not measured lately fade to
     double slowdown(std::int32_t threads) const;      // mean over typical time of passes on `threads` now (>= 1)
     static constexpr std::int32_t k_threads_max = 1024;
@@ -195,15 +200,15 @@ class online_budget final : public budget_policy {
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     cost_est                                    rebuild_;          // microseconds a change of shape added
-    cost_est                                    switch_;           // ... a change of shape and thread count
+    std::vector<cost_est>                       switch_;           // [to threads]: ... and of thread count
     std::vector<double>                         ratio_threads_;    // [threads]: EMA over its shapes (0: none yet)
-    std::vector<double>                         slow_threads_;     // [threads]: EMA of time over typical time
+    std::vector<std::pair<double, std::int64_t>> slow_threads_;    // [threads]: EMA of time over typical time, step
     std::int32_t                                last_threads_ = 0; // threads of the last observed pass (0: unknown)
-    std::int32_t                                plain_threads_ = 0; // threads of plain passes (the context's)
+    std::int32_t                                context_threads_ = 0; // the context's threads (plain passes')
+    std::size_t                                 n_live_ = 1;       // requests of the batch being priced
     cost_est                                    seq_;              // microseconds an extra sequence added
     double                                      t_draft_us_ = 0;  // EMA of drafting time per step
-    double                                      rate_tokens_ = 0, rate_us_ = 0;  // EMAs of a step's tokens and time
-    std::int64_t                                n_rated_ = 0;     // steps in them
+    std::size_t                                 cur_class_ = 0;   // the class want_draft() was last asked about
     double                                      t_draft_node_us_ = 0;  // ... per node asked for (0: unmeasured)
     std::array<mode, k_classes>                 mode_{};
     std::int64_t                                n_steps_ = 0;
