@@ -77,6 +77,18 @@ class index_shard {
         return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
     }
 
+    // Sort key of the text at pos, as suffixes are ordered: running off the text sorts first (a shorter suffix
+    // precedes its extensions), a separator after every token. The one definition the searches share.
+    std::uint64_t key_at(std::uint64_t pos) const {
+#ifndef REST_INDEX_UNCHECKED  // bench-index-lookup-unchecked only (see token_at)
+        if (pos >= n_) {
+            return 0;
+        }
+#endif
+        const token_id t = token_in(pos);
+        return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
+    }
+
     std::uint64_t suffix(std::uint64_t rank) const { return sa_[rank]; }
 
     // Token at offset `depth` of the suffix with this rank (k_doc_end past a document's end).
@@ -102,8 +114,6 @@ class index_shard {
   private:
     __extension__ typedef unsigned __int128 sample_key;  // GCC/Clang: 128-bit integer order = packed token order
 
-    // Sort key of token t at a position: separators sort after every token.
-    std::uint64_t key_at(std::uint64_t pos) const;
     // Every 32nd suffix of a first-token bucket: its packed next tokens and its text position.
     struct bucket_samples {
         std::vector<sample_key>    keys;

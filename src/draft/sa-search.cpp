@@ -6,17 +6,7 @@ namespace rest {
 
 namespace {
 
-// Sort key of the text at pos, as index_shard orders suffixes: running off the text sorts first (a shorter suffix
-// precedes its extensions), a separator sorts after every token.
-inline std::uint64_t text_key(const index_shard & s, std::uint64_t pos) {
-#ifndef REST_INDEX_UNCHECKED
-    if (pos >= s.n_tokens()) {
-        return 0;
-    }
-#endif
-    const token_id t = s.token_at(pos);
-    return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
-}
+inline std::uint64_t text_key(const index_shard & s, std::uint64_t pos) { return s.key_at(pos); }
 
 // <0, 0 or >0 as the suffix at text position pos sorts before, starts with, or sorts after pattern[from..].
 inline int compare_at(const index_shard & s, std::uint64_t pos, std::span<const token_id> pattern, std::size_t from) {

@@ -336,17 +336,8 @@ struct tree_expander::impl {
         return b;
     }
 
-    // Sort key at text position pos, as index_shard orders suffixes: running off the text first, a separator
-    // after every token (both end a continuation).
-    static std::uint64_t key_at(const index_shard & sh, std::uint64_t pos) {
-#ifndef REST_INDEX_UNCHECKED
-        if (pos >= sh.n_tokens()) {
-            return 0;
-        }
-#endif
-        const token_id t = sh.token_at(pos);
-        return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
-    }
+    // Both ends of a continuation (running off the text, a separator) sort as index_shard orders suffixes.
+    static std::uint64_t key_at(const index_shard & sh, std::uint64_t pos) { return sh.key_at(pos); }
 
     // Records the run [lo, hi) of key k in one shard and, for a real token, creates the child with its runs in
     // every other shard.

@@ -89,17 +89,6 @@ const index_shard::bucket_samples * index_shard::bucket_sample(token_id t) const
     return &s.buckets[t];
 }
 
-std::uint64_t index_shard::key_at(std::uint64_t pos) const {
-    // Past the end sorts first (a shorter suffix precedes its extensions); a separator sorts last.
-#ifndef REST_INDEX_UNCHECKED
-    if (pos >= n_) {
-        return 0;
-    }
-#endif
-    const token_id t = token_at(pos);
-    return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
-}
-
 namespace {
 
 // Equal range of a three-way comparator over ranks [lo, hi) (cmp(rank) < 0: the rank sorts before the target).
