@@ -110,6 +110,16 @@ option(RESTCPP_RPC "Build llama.cpp's RPC backend and rpc-server" ON)
 set(GGML_RPC ${RESTCPP_RPC} CACHE BOOL "" FORCE)
 set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
 add_subdirectory("${RESTCPP_LLAMA_SOURCE}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL)
+# ggml's AMX kernels (Sapphire Rapids and later Xeons) are compiled in whenever -march=native finds AMX, and then
+# hold every quantized weight. On an AMX cloud VM ("Intel(R) Xeon(R) Processor", 2 vCPUs) they die with SIGSEGV at
+# the first matrix product (`ldtilecfg` in ggml_backend_amx_mul_mat) for any Q8_0 or Q4_0 model, plain decoding
+# included; llama.cpp issue 20824 reports the same crash, open without a fix. So they are off unless asked for:
+# the flags below come after ggml's -march=native and win. The AVX-512/VNNI kernels do the work instead.
+option(RESTCPP_GGML_AMX "Let ggml use AMX tiles for quantized weights (crashes on some AMX VMs)" OFF)
+if (NOT RESTCPP_GGML_AMX AND TARGET ggml-cpu AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64"
+    AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(ggml-cpu PRIVATE -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+endif()
 # llama.cpp builds rpc-server only with its tools (LLAMA_BUILD_TOOLS, off here: we need none of the others).
 if (GGML_RPC AND TARGET ggml-rpc AND EXISTS "${RESTCPP_LLAMA_SOURCE}/tools/rpc/CMakeLists.txt")
     add_subdirectory("${RESTCPP_LLAMA_SOURCE}/tools/rpc" "${CMAKE_BINARY_DIR}/llama.cpp/tools/rpc-server")

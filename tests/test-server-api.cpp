@@ -4,6 +4,7 @@
 #include "test-server-util.h"
 
 #include "rest/llama-model.h"
+#include "rest/utf8.h"
 
 #include <atomic>
 #include <memory>
@@ -201,7 +202,8 @@ TEST_F(ServerApi, StreamedCompletionEqualsGenerate) {
 
 // Log probabilities: one entry per completion token, the model's log-softmax at that position, the alternatives
 // most likely first; with greedy decoding the chosen token is the most likely one. With and without speculation
-// they agree (batched verification rounds them differently, by ~1e-5 here).
+// they agree to the strict comparison's near-tie epsilon, 0.01: batched verification rounds them differently (by
+// ~1e-5 on a Zen 4, up to 4e-3 on an AVX-512 Xeon with this fixture's peaky logits and the F16 KV cache).
 TEST_F(ServerApi, LogprobsCoverEveryCompletionToken) {
     const int n   = 24;
     json      req = completion_body(k_prompts[0], n);
@@ -237,7 +239,7 @@ TEST_F(ServerApi, LogprobsCoverEveryCompletionToken) {
     if (tokens_of(p.json["rest"]["tokens"]) == tokens) {
         for (size_t i = 0; i < n_text; ++i) {
             EXPECT_NEAR(p.json["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(),
-                        lp["token_logprobs"][i].get<double>(), 1e-3) << i;
+                        lp["token_logprobs"][i].get<double>(), 1e-2) << i;
         }
     }
 
@@ -641,7 +643,55 @@ TEST_F(ServerApi, MetricsArePrometheusText) {
 namespace {
 
 // The pieces of a response's tokens that can be text: up to the first end-of-generation token.
-std::vector<std::string> text_pieces(const rest::model & m, const std::vector<int> & tokens) {
+// Whether s (2 to 4 bytes) can begin a valid UTF-8 sequence: padded with continuation bytes (any from the third
+// byte on) it is valid.
+bool utf8_prefix_ok(std::string s, size_t len) {
+    s.resize(len, '\x80');
+    return rest::find_invalid_utf8(s) == std::string_view::npos;
+}
+
+// The pieces as a client reads them: the JSON text writer (nlohmann's replace handler) turns each invalid UTF-8
+// sequence (the bytes it accepted before one that cannot follow them) into U+FFFD, 3 bytes, and reads the rejected
+// byte again. Random weights emit such bytes (a lone lead byte before another character), and the stream's
+// offsets are the text's as sent. A piece that ends inside a sequence keeps its share of its bytes.
+std::vector<std::string> as_sent(const std::vector<std::string> & raw_pieces) {
+    std::string         raw;
+    std::vector<size_t> starts;
+    for (const auto & p : raw_pieces) {
+        starts.push_back(raw.size());
+        raw += p;
+    }
+    std::string         out;
+    std::vector<size_t> at(raw.size() + 1);  // where each raw byte's text begins in out
+    for (size_t i = 0; i < raw.size();) {
+        const auto   c   = (unsigned char) raw[i];
+        const size_t len = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3
+                         : c >= 0xF0 && c < 0xF5                 ? 4
+                                                                  : 0;
+        size_t       ok  = len == 0 ? 0 : 1;  // bytes accepted so far
+        while (ok > 0 && ok < len && i + ok < raw.size() && utf8_prefix_ok(raw.substr(i, ok + 1), len)) ++ok;
+        if (ok == len && len > 0) {
+            for (size_t j = 0; j < len; ++j) at[i + j] = out.size() + j;
+            out += raw.substr(i, len);
+            i += len;
+        } else {
+            const size_t span = std::max<size_t>(ok, 1);
+            for (size_t j = 0; j < span; ++j) at[i + j] = out.size();
+            out += "\xEF\xBF\xBD";
+            i += span;
+        }
+    }
+    at[raw.size()] = out.size();
+    std::vector<std::string> pieces;
+    for (size_t k = 0; k < starts.size(); ++k) {
+        const size_t b = at[starts[k]], e = k + 1 < starts.size() ? at[starts[k + 1]] : out.size();
+        pieces.push_back(out.substr(b, e - b));
+    }
+    return pieces;
+}
+
+// The tokens' pieces, as generated (raw) or as a client reads them.
+std::vector<std::string> raw_pieces(const rest::model & m, const std::vector<int> & tokens) {
     std::vector<std::string> pieces;
     for (const int t : tokens) {
         if (m.is_eog(t)) {
@@ -650,6 +700,10 @@ std::vector<std::string> text_pieces(const rest::model & m, const std::vector<in
         pieces.push_back(m.vocab().piece(t));
     }
     return pieces;
+}
+
+std::vector<std::string> text_pieces(const rest::model & m, const std::vector<int> & tokens) {
+    return as_sent(raw_pieces(m, tokens));
 }
 
 // How many of the pieces start before byte `end` of their concatenation.
@@ -893,7 +947,9 @@ bool ends_inside_a_character(const std::string & t) {
 
 // A character split across byte tokens is held back until its last byte: its tokens' log probabilities wait with
 // it. Plain decoding (one token per step) makes each byte its own step, so the stream really sees the split. The
-// fixture's random weights emit byte tokens; the seeds below are searched for an output that splits a character.
+// fixture's random weights emit byte tokens; the seeds below are searched for an output with a piece that ends
+// inside a character. (Its continuation may never come: a lone lead byte is held back until the next piece shows
+// it is invalid, and is then sent as U+FFFD.)
 TEST_F(ServerApi, StreamedLogprobsWaitForASplitCharacter) {
     json body = completion_body("Hello world", 48);
     body["temperature"]   = 1.5;
@@ -904,7 +960,7 @@ TEST_F(ServerApi, StreamedLogprobsWaitForASplitCharacter) {
         body["seed"]       = s;
         const http_reply r = api().post("/v1/completions", body);
         ASSERT_EQ(r.status, 200) << r.body;
-        for (const auto & p : text_pieces(*model_, tokens_of(r.json["rest"]["tokens"]))) {
+        for (const auto & p : raw_pieces(*model_, tokens_of(r.json["rest"]["tokens"]))) {
             if (splits_a_character(p)) {
                 seed = s;
                 break;
