@@ -65,7 +65,7 @@ busy=0
 # start late), with a cheap probe: one curl and a pattern, no interpreter per poll.
 health1="$(replica_url 1)/health"
 while kill -0 $loader 2>/dev/null; do
-    busy=$(curl -s --max-time 5 --noproxy '*' "$health1" | sed -n 's/.*"slots_busy": *\([0-9]*\).*/\1/p')
+    busy=$(curl -s --max-time 5 --noproxy '*' "$health1" | sed -n 's/.*"slots_busy": *\([0-9]*\).*/\1/p' || true)
     [ "${busy:-0}" -ge 1 ] && break
     sleep 0.02
 done

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -41,7 +42,9 @@ inline std::string rest_bin() {
 
 // A fixture model written once per test run and reused (keyed by its parameters).
 inline std::string fixture_model(const rest::fixture_params & p) {
-    const std::string name = "fixture-" + p.vocab + "-l" + std::to_string(p.n_layer) + "-e" + std::to_string(p.n_embd) +
+    std::string vocab = p.vocab;  // a name, or a GGUF path: flattened into the file name
+    std::replace_if(vocab.begin(), vocab.end(), [](char c) { return c == '/' || c == '.'; }, '_');
+    const std::string name = "fixture-" + vocab + "-l" + std::to_string(p.n_layer) + "-e" + std::to_string(p.n_embd) +
                              "-h" + std::to_string(p.n_head) + "-" + std::to_string(p.n_head_kv) + "-f" +
                              std::to_string(p.n_ff) + "-c" + std::to_string(p.n_ctx) + "-s" + std::to_string(p.seed) +
                              "-" + p.type + "-o" + std::to_string((int) (p.output_scale * 100)) + ".gguf";
