@@ -116,9 +116,14 @@ add_subdirectory("${RESTCPP_LLAMA_SOURCE}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLU
 # included; llama.cpp issue 20824 reports the same crash, open without a fix. So they are off unless asked for:
 # the flags below come after ggml's -march=native and win. The AVX-512/VNNI kernels do the work instead.
 option(RESTCPP_GGML_AMX "Let ggml use AMX tiles for quantized weights (crashes on some AMX VMs)" OFF)
-if (NOT RESTCPP_GGML_AMX AND TARGET ggml-cpu AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64"
-    AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(ggml-cpu PRIVATE -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+if (NOT RESTCPP_GGML_AMX AND TARGET ggml-cpu AND NOT MSVC AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+    include(CheckCCompilerFlag)
+    include(CheckCXXCompilerFlag)
+    check_c_compiler_flag(-mno-amx-int8 RESTCPP_C_HAS_NO_AMX)  # GCC and Clang 11+ (older ones know no AMX at all)
+    check_cxx_compiler_flag(-mno-amx-int8 RESTCPP_CXX_HAS_NO_AMX)
+    if (RESTCPP_C_HAS_NO_AMX AND RESTCPP_CXX_HAS_NO_AMX)
+        target_compile_options(ggml-cpu PRIVATE -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+    endif()
 endif()
 # llama.cpp builds rpc-server only with its tools (LLAMA_BUILD_TOOLS, off here: we need none of the others).
 if (GGML_RPC AND TARGET ggml-rpc AND EXISTS "${RESTCPP_LLAMA_SOURCE}/tools/rpc/CMakeLists.txt")
