@@ -951,30 +951,15 @@ bool ends_inside_a_character(const std::string & t) {
 // temperature 1.5; the seeds below are searched for an output with a valid character split across pieces (the
 // phi-3 fixture's 32,000 tokens hold the same 256 bytes: on one CPU none of 512 seeds gave a valid split, and a
 // lone lead byte, which the JSON text carries as U+FFFD, reads the same whether it was held back or not).
-class ServerByteVocab : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        if (shared_data().empty()) return;
+class ServerByteVocab : public stories_server_test<ServerByteVocab> {
+  public:
+    static std::vector<std::string> server_args() { return {"-c", "512", "--np", "1", "-t", "1"}; }
+    static const char *             log_name() { return "server-bytes.log"; }
+    static std::string              model_path() {
         rest::fixture_params p;
-        p.vocab     = shared_data() + "/models/stories260K.gguf";
-        const auto path = fixture_model(p);
-        model_      = rest::model::load(path).release();
-        srv_        = new server_process();
-        start_error_ = srv_->start({"-m", path, "-c", "512", "--np", "1", "-t", "1"}, tmp_dir() + "/server-bytes.log");
+        p.vocab = shared_data() + "/models/stories260K.gguf";
+        return fixture_model(p);
     }
-    static void TearDownTestSuite() {
-        delete srv_;
-        delete model_;
-        srv_   = nullptr;
-        model_ = nullptr;
-    }
-    void SetUp() override {
-        if (!srv_) GTEST_SKIP() << "no shared data (stories260K's tokenizer)";
-        ASSERT_EQ(start_error_, "") << "server did not start: " << start_error_;
-    }
-    static inline rest::model *    model_ = nullptr;
-    static inline server_process * srv_   = nullptr;
-    static inline std::string      start_error_;
 };
 
 TEST_F(ServerByteVocab, StreamedLogprobsWaitForASplitCharacter) {

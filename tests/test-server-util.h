@@ -270,7 +270,7 @@ template <class Suite> class stories_server_test : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
         if (shared_data().empty()) return;
-        const std::string path = shared_data() + "/models/stories260K.gguf";
+        const std::string path = Suite::model_path();
         model_                 = rest::model::load(path).release();
         srv_                   = new server_process();
         std::vector<std::string> args = {"-m", path};
@@ -287,6 +287,9 @@ template <class Suite> class stories_server_test : public ::testing::Test {
         if (!srv_) GTEST_SKIP() << "no shared data (stories260K)";
         ASSERT_EQ(start_error_, "") << "server did not start: " << start_error_;
     }
+
+    // The model served; a suite may declare its own (a fixture that uses stories260K's tokenizer, say).
+    static std::string model_path() { return shared_data() + "/models/stories260K.gguf"; }
 
     static inline rest::model *    model_ = nullptr;
     static inline server_process * srv_   = nullptr;
