@@ -58,12 +58,7 @@ class index_shard {
             return k_doc_end;
         }
 #endif
-        if (width_ == 2) {
-            const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];
-            return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);
-        }
-        const std::uint32_t v = static_cast<const std::uint32_t *>(text_)[pos];
-        return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
+        return token_in(pos);
     }
 
     // token_at() for a position known to lie in the text (pos < n_tokens()): no bound check. For loops that check
@@ -85,6 +80,10 @@ class index_shard {
             return 0;
         }
 #endif
+        return key_in(pos);
+    }
+    // key_at() for a position known to lie in the text (as token_in()).
+    std::uint64_t key_in(std::uint64_t pos) const {
         const token_id t = token_in(pos);
         return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
     }

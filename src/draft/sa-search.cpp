@@ -6,12 +6,10 @@ namespace rest {
 
 namespace {
 
-inline std::uint64_t text_key(const index_shard & s, std::uint64_t pos) { return s.key_at(pos); }
-
 // <0, 0 or >0 as the suffix at text position pos sorts before, starts with, or sorts after pattern[from..].
 inline int compare_at(const index_shard & s, std::uint64_t pos, std::span<const token_id> pattern, std::size_t from) {
     for (std::size_t i = from; i < pattern.size(); ++i) {
-        const std::uint64_t a = text_key(s, pos + i);
+        const std::uint64_t a = s.key_at(pos + i);
         const std::uint64_t b = static_cast<std::uint64_t>(pattern[i]) + 1;
         if (a != b) {
             return a < b ? -1 : 1;

@@ -336,9 +336,6 @@ struct tree_expander::impl {
         return b;
     }
 
-    // Both ends of a continuation (running off the text, a separator) sort as index_shard orders suffixes.
-    static std::uint64_t key_at(const index_shard & sh, std::uint64_t pos) { return sh.key_at(pos); }
-
     // Records the run [lo, hi) of key k in one shard and, for a real token, creates the child with its runs in
     // every other shard.
     void add_run(std::int32_t v, std::size_t shard, sa_range run, std::uint64_t k, std::uint32_t d) {
@@ -380,7 +377,7 @@ struct tree_expander::impl {
             pts_.push_back(pos);
         }
         for (const std::uint64_t pos : pts_) {
-            keys_.push_back(key_at(sh, sh.suffix(pos) + d));
+            keys_.push_back(sh.key_at(sh.suffix(pos) + d));  // both ends of a continuation sort as suffixes do
         }
         out_.n_probes += pts_.size();
         // Two searches per group: its first rank (first key >= K after the previous probe) and its end (first key
@@ -407,7 +404,7 @@ struct tree_expander::impl {
             }
             keys_.clear();
             for (const std::uint64_t m : mids_) {
-                keys_.push_back(key_at(sh, sh.suffix(m) + d));
+                keys_.push_back(sh.key_at(sh.suffix(m) + d));
             }
             out_.n_probes += mids_.size();
             std::size_t i = 0;

@@ -203,13 +203,7 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
     auto cmp_at = [&](std::uint64_t pos, std::size_t d0) {
         const bool inside = pos < n_ && pattern.size() <= n_ - pos;
         for (std::size_t d = d0; d < pattern.size(); ++d) {
-            std::uint64_t k;
-            if (inside) {
-                const token_id t = token_in(pos + d);
-                k                = t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
-            } else {
-                k = key_at(pos + d);
-            }
+            const std::uint64_t k   = inside ? key_in(pos + d) : key_at(pos + d);
             const std::uint64_t key = static_cast<std::uint64_t>(pattern[d]) + 1;
             if (k != key) {
                 return k < key ? -1 : 1;
