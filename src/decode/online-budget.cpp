@@ -8,6 +8,17 @@ namespace rest {
 
 namespace {
 
+// The entry of a per-thread-count vector, grown with `init` to hold it.
+template <class T> T & per_threads(std::vector<T> & v, std::int32_t threads, const T & init) {
+    if ((std::size_t) threads >= v.size()) v.resize((std::size_t) threads + 1, init);
+    return v[(std::size_t) threads];
+}
+
+// An EMA that one observation moves by at most a factor of 2 either way (a preempted step cannot swing it).
+double clamped_ema(double x, double obs, double a) {
+    return (1 - a) * x + a * std::clamp(obs, 0.5 * x, 2.0 * x);
+}
+
 // A node's drafter score given that its parent is accepted.
 double conditional_score(const draft_tree & t, std::size_t i) {
     const double s = t.scores[i];
@@ -136,15 +147,20 @@ online_budget::cost_est & online_budget::est_for(std::int32_t n_rows, std::size_
     return costs_[shape_key(n_rows, n_equal)];
 }
 
-double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
+double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal, std::int32_t threads) const {
     const cost_est * e      = find_est(n_rows, n_equal);
-    const double     shared = shared_ratio(threads_of(n_rows, n_equal));
+    const double     shared = shared_ratio(threads);
     if (!e) return shared;
     // Plain's own estimate does not fade: the plain checks keep measuring it, and the shared ratio moves with the
     // drafting passes it is compared against.
     if (n_rows <= (std::int32_t) std::max<std::size_t>(n_live_, 1)) return e->median;
-    const double w = std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - e->at) / params_.forget_steps);
-    return shared + (e->median - shared) * w;
+    return shared + (e->median - shared) * freshness(e->at);
+}
+
+double online_budget::freshness(std::int64_t at) const {
+    // 1 when measured at this step, down to 0 at twice forget_steps later: a stale reading gives way to the shared
+    // one, so one old figure cannot hold a shape (or a thread count's slowdown) for good.
+    return std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - at) / params_.forget_steps);
 }
 
 std::int32_t online_budget::threads_of(std::int32_t n_rows, std::size_t n_equal) const {
@@ -161,7 +177,12 @@ double online_budget::shared_ratio(std::int32_t threads) const {
 }
 
 double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
-    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal) + extra_seqs(n_equal, n_seqs) * seq_us();
+    return predict_on(n_rows, n_past, n_equal, n_seqs, threads_of(n_rows, n_equal));
+}
+
+double online_budget::predict_on(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs,
+                                 std::int32_t threads) const {
+    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal, threads) + extra_seqs(n_equal, n_seqs) * seq_us();
 }
 
 double online_budget::seq_us() const {
@@ -170,7 +191,7 @@ double online_budget::seq_us() const {
 
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     const std::int32_t threads = threads_of(n_rows, n_equal);
-    const double       typical = predict_us(n_rows, n_past, n_equal, n_seqs) + (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : change_us(threads));
+    const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) + (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : change_us(threads));
     return typical * slowdown(threads);
 }
 
@@ -181,8 +202,7 @@ double online_budget::slowdown(std::int32_t threads) const {
     if (threads <= 0 || (std::size_t) threads >= slow_threads_.size()) return 1.0;
     // Not measured lately (a thread count only plain checks use), it fades back to 1 as the cost estimates do.
     const auto & [f, at] = slow_threads_[threads];
-    const double w       = std::max(0.0, 1.0 - 0.5 * (double) (n_steps_ - at) / params_.forget_steps);
-    return std::max(1.0, 1.0 + (f - 1.0) * w);
+    return std::max(1.0, 1.0 + (f - 1.0) * freshness(at));
 }
 
 double online_budget::change_us(std::int32_t threads) const {
@@ -474,7 +494,7 @@ void online_budget::update_gain(const step_report & r) {
     // unmeasured shapes fade to moves with the drafting passes, and plain's side must not move with what it is
     // compared against.
     const double prior = prior_us((std::int32_t) r.n_requests, r.n_past, plain_equal);
-    if (!(m.plain_ratio > 0)) m.plain_ratio = ratio_of((std::int32_t) r.n_requests, plain_equal);
+    if (!(m.plain_ratio > 0)) m.plain_ratio = ratio_of((std::int32_t) r.n_requests, plain_equal, threads_of((std::int32_t) r.n_requests, plain_equal));
     const double per_token = prior * m.plain_ratio / (double) r.n_requests;
     ++m.steps;
     ++m.var_steps;
@@ -516,8 +536,7 @@ void online_budget::observe_step(const step_report & r) {
         // average: preempted passes included, before this pass moves the estimates.
         const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
         if (typical > 0) {
-            if ((std::size_t) r.n_threads >= slow_threads_.size()) slow_threads_.resize((std::size_t) r.n_threads + 1, {1.0, 0});
-            auto & [f, at] = slow_threads_[r.n_threads];
+            auto & [f, at] = per_threads(slow_threads_, r.n_threads, {1.0, 0});
             f  = (1 - params_.slow_ema) * f + params_.slow_ema * std::clamp(r.t_pass_us / typical, 0.2, 20.0);
             at = n_steps_;
         }
@@ -540,8 +559,7 @@ void online_budget::observe_step(const step_report & r) {
         // steady estimate (the start-up table's figure underprices it by about 2x on the demo model here).
         const double extra_us = std::max(0.0, t - predict_us(r.n_rows, r.n_past, r.n_equal));
         if (other_threads && r.n_threads < k_threads_max) {
-            if ((std::size_t) r.n_threads >= switch_.size()) switch_.resize((std::size_t) r.n_threads + 1);
-            switch_[r.n_threads].add(extra_us);
+            per_threads(switch_, r.n_threads, cost_est{}).add(extra_us);
         } else {
             rebuild_.add(extra_us);
         }
@@ -558,16 +576,11 @@ void online_budget::observe_step(const step_report & r) {
         // and the next probe would hop through shapes that look cheap). Single observations are clamped, so one
         // preempted step cannot swing them.
         const bool drafting_pass = r.n_rows > (std::int32_t) r.n_requests;
-        if (drafting_pass) {
-            ratio_all_ = (1 - params_.time_ema) * ratio_all_ +
-                         params_.time_ema * std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
-        }
+        if (drafting_pass) ratio_all_ = clamped_ema(ratio_all_, steady / base, params_.time_ema);
         // And per thread count, which a busy machine slows unequally (a pass on every core waits for the busy one).
         if (drafting_pass && r.n_threads > 0 && r.n_threads < k_threads_max) {
-            if ((std::size_t) r.n_threads >= ratio_threads_.size()) ratio_threads_.resize((std::size_t) r.n_threads + 1, 0.0);
-            double & rt = ratio_threads_[r.n_threads];
-            rt = rt > 0 ? (1 - params_.time_ema) * rt + params_.time_ema * std::clamp(steady / base, 0.5 * rt, 2.0 * rt)
-                        : std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+            double & rt = per_threads(ratio_threads_, r.n_threads, 0.0);
+            rt = rt > 0 ? clamped_ema(rt, steady / base, params_.time_ema) : std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
         }
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
@@ -606,7 +619,7 @@ budget_state online_budget::export_state() const {
     s.cost_ratio_all = ratio_all_;
     s.t_draft_us     = t_draft_us_;
     for (std::size_t rows = 1; rows < single_.size(); ++rows) {
-        if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
+        if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1, threads_of((std::int32_t) rows, 1)));
     }
     s.t_draft_node_us = t_draft_node_us_;
     for (std::size_t c = 0; c < k_classes; ++c) {

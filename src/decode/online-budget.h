@@ -146,7 +146,11 @@ class online_budget final : public budget_policy {
     }
     double seq_us() const;  // what a sequence beyond one per request adds to a pass (learned; 0 until measured)
     double prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const;
-    double ratio_of(std::int32_t n_rows, std::size_t n_equal) const;
+    double ratio_of(std::int32_t n_rows, std::size_t n_equal, std::int32_t threads) const;  // threads: threads_of()'s
+    double freshness(std::int64_t at) const;  // weight of a figure last measured at step `at` (1 now, 0 when stale)
+    // predict_us() for a pass on `threads` (threads_of() of the shape, which a caller that needs it too passes in).
+    double predict_on(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs,
+                      std::int32_t threads) const;
     // The estimate of a shape: one request's in a flat vector (the hot path prices every row count each step),
     // several requests' in a map. find_est() returns nullptr for a shape never measured.
     const cost_est * find_est(std::int32_t n_rows, std::size_t n_equal) const;
