@@ -5,6 +5,8 @@
 // Patterns are cut from the corpus itself (random suffix-array rank, the next L tokens inside one document), so every
 // lookup finds at least one occurrence, like REST's lookups of a context that recurs. Each pattern is looked up in
 // every shard (find_all). Two passes over the same patterns: the first maps pages in, the second is the warm figure.
+#include "percentile.h"
+
 #include "rest/datastore.h"
 
 #include <algorithm>
@@ -23,14 +25,7 @@ double us_since(clock_type::time_point t0) {
     return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
 }
 
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) {
-        return 0;
-    }
-    std::sort(v.begin(), v.end());
-    const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())));
-    return v[i];
-}
+using bench::percentile;
 
 void print_row(const char * label, const std::vector<double> & us) {
     double sum = 0;

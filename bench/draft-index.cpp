@@ -18,6 +18,8 @@
 //
 // Printed: open time; the first --cold steps one by one (wall, CPU, major page faults) and their sum; percentiles of
 // the remaining (warm) steps, and the steps over 50 us.
+#include "percentile.h"
+
 #include "rest/datastore.h"
 #include "rest/drafter.h"
 #include "rest/llama-model.h"
@@ -108,10 +110,7 @@ void evict(const std::string & path) {
     ::close(fd);
 }
 
-double pct(const std::vector<double> & sorted, double q) {
-    if (sorted.empty()) return 0;
-    return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * static_cast<double>(sorted.size())))];
-}
+double pct(const std::vector<double> & sorted, double q) { return bench::percentile_of_sorted(sorted, q); }
 
 }  // namespace
 
