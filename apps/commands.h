@@ -16,7 +16,7 @@ void add_verify_options(CLI::App * cmd, session_params & sp);
 // --flash-attn, --cache-type-k, --cache-type-v (rest::context_params' fields of the same names); serve too.
 void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::string & cache_type_k,
                            std::string & cache_type_v);
-void add_layout_option(CLI::App * cmd, std::string & layout);
+void add_layout_option(CLI::App * cmd, std::string & layout, bool & context_per_slot);
 // --index, repeatable: datastores drafted from as one (generate, bench, serve). note ends the help text.
 void add_index_option(CLI::App * cmd, std::vector<std::string> & paths, const std::string & note = "");
 // --n-gpu-layers and --rpc (llama.cpp's spellings: -ngl, --rpc HOST:PORT,...), for generate, bench and serve.

@@ -4,13 +4,16 @@
 
 #include <string>
 
-void add_layout_option(CLI::App * cmd, std::string & layout) {
+void add_layout_option(CLI::App * cmd, std::string & layout, bool & context_per_slot) {
     cmd->add_option("--draft-layout", layout,
                     "How drafts are verified: tree (branches, unified KV pool shared by slots), chain (each tree's "
                     "best path in its own sequence, no per-step layout overhead, bit-exact on quantized CPU models) "
                     "or auto (chain, then tree where the measured verify cost is flat: t(16) <= 2 t(1), as on GPUs)")
         ->check(CLI::IsMember({"auto", "tree", "chain"}))
         ->capture_default_str();
+    cmd->add_flag("--context-per-slot", context_per_slot,
+                  "Tree layout with several slots: one llama.cpp context per slot instead of one shared KV pool, so "
+                  "every slot's output is bit-exact with plain decoding; costs one forward pass per slot per step");
 }
 
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
@@ -57,7 +60,7 @@ void add_attention_options(CLI::App * cmd, std::int32_t & flash_attn, std::strin
 }
 
 void add_verify_options(CLI::App * cmd, session_params & sp) {
-    add_layout_option(cmd, sp.layout);
+    add_layout_option(cmd, sp.layout, sp.ctx.context_per_slot);
     add_recalibrate_option(cmd, sp.recalibrate);
     add_attention_options(cmd, sp.ctx.flash_attn, sp.ctx.cache_type_k, sp.ctx.cache_type_v);
 }

@@ -8,6 +8,7 @@
 #include "test-util.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 using namespace rest;
@@ -125,6 +126,65 @@ TEST(verify_greedy, generation_into_n_ctx) {
     run_cases("llama-spm", 40, 48, t, 3);  // n up to n_ctx: most cases end on the context
     EXPECT_EQ(t.cases, 40);
     rest_test::expect_near_ties_at_most(t, rest_test::k_float_near_tie_fraction, "llama-spm f32 into n_ctx");
+}
+
+// A context per slot (context_params::context_per_slot) decodes each slot's tree in that slot's own context. When one
+// slot's context cannot take its tree after another's took its own, the step must leave no trace in either: the
+// decoder retries it without drafts, and slot 0's logits then equal a one-slot plain context's, bit for bit. (Without
+// the take-back, slot 0's root would already sit in its memory and the retry would put it there twice.)
+TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_take_its_tree) {
+    fixture_params fp;
+    fp.type = "q8_0";
+    const auto     m = rest_test::load_model(rest_test::fixture_model(fp));
+    context_params cp;
+    cp.n_ctx            = 2 * 160;
+    cp.n_slots          = 2;
+    cp.n_batch          = 64;
+    cp.n_threads        = 1;
+    cp.context_per_slot = true;
+    auto           ctx  = m->new_context(cp);
+    context_params one  = cp;
+    one.n_ctx           = 160;
+    one.n_slots         = 1;
+    auto ref            = m->new_context(one);
+    ASSERT_EQ(ctx->n_slots(), 2);
+    ASSERT_TRUE(ctx->trees());
+
+    const std::vector<token_id> prompt = {101, 202, 303, 404, 505};
+    ctx->prefill(0, prompt);
+    ctx->prefill(1, prompt);
+    ref->prefill(0, prompt);
+    auto chain = [](int n, std::vector<token_id> & t, std::vector<std::int32_t> & par, std::vector<std::int32_t> & dep) {
+        for (int i = 0; i < n; ++i) {
+            t.push_back(300 + i);
+            par.push_back(i - 1);
+            dep.push_back(i + 1);
+        }
+    };
+    std::vector<token_id>     t0, t1;
+    std::vector<std::int32_t> p0, p1, d0, d1;
+    chain(3, t0, p0, d0);
+    chain(80, t1, p1, d1);  // 81 rows: more than the 64 a pass of slot 1's context takes
+    const token_id root = 7;
+    std::vector<tree_request> step = {{0, root, t0, p0, d0}, {1, root, t1, p1, d1}};
+    EXPECT_EQ(ctx->decode(step), decode_status::no_memory);
+    EXPECT_EQ(ctx->n_past(0), (std::int32_t) prompt.size());
+
+    token_id next = root;
+    for (int k = 0; k < 4; ++k) {
+        const std::vector<tree_request> plain = {{0, next}, {1, next}};
+        const std::vector<tree_request> alone = {{0, next}};
+        ASSERT_EQ(ctx->decode(plain), decode_status::ok) << "step " << k;
+        ASSERT_EQ(ref->decode(alone), decode_status::ok);
+        const auto a = ctx->logits(0, -1), b = ref->logits(0, -1);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "slot 0's logits at step " << k;
+        next = (token_id) (std::max_element(b.begin(), b.end()) - b.begin());
+        ctx->commit(0, {});
+        ctx->commit(1, {});
+        ref->commit(0, {});
+    }
+    EXPECT_EQ(ctx->n_past(0), (std::int32_t) prompt.size() + 4);
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ struct server_params {
     std::int32_t n_draft_max = -1;      // cap on draft nodes per slot and step; the cost model picks below it (-1: 64)
     std::int32_t n_draft_fixed = -1;    // >= 0: verify exactly this many nodes per slot and step (no budget choice)
     std::string  layout = "auto";       // draft verification layout, as `rest generate --draft-layout`
+    bool         context_per_slot = false;  // trees: a llama.cpp context per slot (rest::context_params)
     std::int32_t n_predict   = -1;      // max_tokens when a request gives none (-1: until EOG or the slot's context end)
 
     std::string   history_path;             // online store: loaded at start when present, saved periodically and at exit

@@ -129,6 +129,7 @@ server::impl::impl(const server_params & p) : params(p) {
     cp.flash_attn   = p.flash_attn;
     cp.cache_type_k = p.cache_type_k;
     cp.cache_type_v = p.cache_type_v;
+    cp.context_per_slot = p.context_per_slot;
     engine_params ep;
     server_budget budget = make_server_budget(p, *model, cp, ep.draft.n_budget_max);
     ctx                  = std::move(budget.ctx);

@@ -195,6 +195,7 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
         lo.leaf_seq.assign(n, -1);
         lo.pos_of.clear();
         lo.tokens.assign(r.tokens.begin(), r.tokens.end());
+        lo.pending = pending_[r.slot];
 
         const llama_pos p0  = n_past_[r.slot];
         auto            put = [&](token_id tok, llama_pos pos, std::span<const llama_seq_id> ids, bool logits = true) {
@@ -358,6 +359,16 @@ void llama_target::release_borrowed() {
         }
         lo.borrowed.clear();
     }
+}
+
+void llama_target::undo_decode() {
+    release_borrowed();
+    for (auto & lo : layout_) {
+        // Pending rows sat just below the root (n_past counts them), the tree above it.
+        llama_memory_seq_rm(mem_, lo.slot, n_past_[lo.slot] - (llama_pos) lo.pending.size(), -1);
+        pending_[lo.slot] = std::move(lo.pending);
+    }
+    layout_.clear();
 }
 
 std::int32_t llama_target::keep_prefix(std::int32_t slot, std::int32_t n) {

@@ -16,7 +16,8 @@
 // ones. Where it leaves that path, commit keeps only the part in place and the next decode() puts the rest first
 // (pending_), so the slot's cells stay in position order with no holes among them, as in plain decoding. This
 // rests on llama.cpp's allocator filling the lowest free cells from where seq_rm freed them. With several slots
-// the pool interleaves them and a slot's next rows can land below its earlier ones: not bit-exact.
+// the pool interleaves them and a slot's next rows can land below its earlier ones: not bit-exact. per_slot_target
+// (per-slot-target.h) gives each slot a context of its own instead.
 #pragma once
 
 #include "llama-cpp.h"
@@ -57,6 +58,10 @@ class llama_target final : public target_model {
     void queue_prefill(std::int32_t slot, std::span<const token_id> tokens) override;
     std::int64_t n_forward() const override { return n_forward_; }
     std::int32_t n_pending(std::int32_t slot) const override { return (std::int32_t) pending_[slot].size(); }
+    // Takes back the last decode(), which succeeded but must not count (per_slot_target: another slot's context failed
+    // in the same step): its roots, trees and pending rows leave the memory, and the pending tokens are pending again,
+    // so a retry decodes them as before. Prompt rows it carried stay: they are committed prompt either way.
+    void undo_decode();
 
   private:
     struct request_layout {
@@ -66,6 +71,7 @@ class llama_target final : public target_model {
         std::vector<std::int32_t> borrowed;     // seq ids lent to this request
         std::vector<std::int32_t> pos_of;       // trees: node -> its place in the rows after the root
         std::vector<token_id>     tokens;       // the request's node tokens
+        std::vector<token_id>     pending;      // trees: the slot's pending tokens this decode put first (undo_decode)
     };
 
     void release_borrowed();

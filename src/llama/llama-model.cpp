@@ -4,6 +4,7 @@
 #include "llama-tokenizer.h"
 #include "llama-rpc.h"
 #include "llama-util.h"
+#include "per-slot-target.h"
 #include "rest/llama-model.h"
 
 #include <cstdio>
@@ -47,7 +48,18 @@ class llama_loaded_model final : public model {
 
     std::unique_ptr<target_model> new_context(const context_params & params) const override {
         const bool quantized = info_.file_type != "F32" && info_.file_type != "F16" && info_.file_type != "BF16";
-        return std::make_unique<llama_target>(model_.get(), params, llama_target::hints{offloaded_, quantized});
+        const llama_target::hints h{offloaded_, quantized};
+        if (!params.trees || !params.context_per_slot || params.n_slots <= 1) {
+            return std::make_unique<llama_target>(model_.get(), params, h);
+        }
+        context_params one = params;
+        one.n_slots        = 1;
+        one.n_ctx          = params.n_ctx > 0 ? params.n_ctx / params.n_slots : 0;  // 0: the same default per slot
+        std::vector<std::unique_ptr<llama_target>> slots;
+        for (std::int32_t k = 0; k < params.n_slots; ++k) {
+            slots.push_back(std::make_unique<llama_target>(model_.get(), one, h));
+        }
+        return std::make_unique<per_slot_target>(std::move(slots));
     }
 
     std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const override {

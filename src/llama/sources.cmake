@@ -3,6 +3,7 @@ set(REST_LLAMA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/llama-tokenizer.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-chat-template.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-context.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/per-slot-target.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-sampler.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-model.cpp
     ${CMAKE_CURRENT_LIST_DIR}/llama-rpc.cpp
