@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Does a long prompt stop the other streams? (issue 19: chunked prefill)
 
-A fresh `rest serve --np 2` per run. Run 1: request A alone (greedy, --alone-tokens). Run 2: A again, and once it
-has streamed --warmup chunks, request B arrives on the other slot with a prompt of --prompt-tokens tokens
-(max_tokens 1). Run 3: B alone; its time to the first token is how long A would stall if B's prompt went in one
-piece. A's gaps between steps come from the server's rest:inter_token_latency_seconds histogram, read before and
-after the window (SSE arrival times also wait for text the stream holds back), as median and p99 in ms.
+A fresh `rest serve --np 2` per run. Run 1: request A (greedy), and once it has streamed --warmup chunks, request B
+arrives on the other slot with a prompt of --prompt-tokens tokens (max_tokens 1). Run 2: A alone, its gaps read
+over the same stretch of its output as in run 1 (from the text A had streamed when B arrived to the text it had
+when B's first token came; greedy, so the same text): a step's cost grows with the context (attention), so gaps at other lengths would not compare (A at
+300 tokens: 63-72 ms a step; at ~1,500: 115 ms, TinyLlama-shaped Q4_0, 2 threads). Run 3: B alone; its time to the
+first token is how long A would stall if B's prompt went in one piece. A's gaps between steps come from the
+server's rest:inter_token_latency_seconds histogram, read at the window's ends (SSE arrival times also wait for
+text the stream holds back), as median and p99 in ms.
 
   build/bin/rest fixture -o tl-q4.gguf --shape tinyllama-1.1b --type q4_0
   bench/prefill-stall.py --rest-bin build/bin/rest --model tl-q4.gguf --prompt-tokens 1500
@@ -87,8 +90,9 @@ def stream(port, body, on_chunk, conn=None):
     c.close()
 
 
-def run(a, mode):
-    """mode: "alone" (A only), "beside" (A, then B's long prompt), "b-alone" (B only). Returns (gaps, B's TTFT)."""
+def run(a, mode, span=None):
+    """mode: "alone" (A only, its gaps over span = (first, last) characters of its output), "beside" (A, then B's
+    long prompt), "b-alone" (B only). Returns (gaps, B's TTFT, A's characters at B's arrival and first token)."""
     p, port = start_server(a)
     try:
         stream(port, {"prompt": "Warm up", "max_tokens": 4, "temperature": 0}, lambda t, e: None)
@@ -98,27 +102,40 @@ def run(a, mode):
         if mode == "b-alone":
             t0 = time.monotonic()
             stream(port, b_body, lambda t, e: None)
-            return None, time.monotonic() - t0
-        if mode == "alone":  # all of A's gaps, from the server's histogram (not SSE arrivals: text may be held back)
-            h0 = itl_histogram(port)
-            stream(port, dict(a_body, max_tokens=a.alone_tokens), lambda t, e: None)
-            return window(h0, itl_histogram(port)), 0.0
+            return None, time.monotonic() - t0, None
+        if mode == "alone":  # A's gaps from the server's histogram (not SSE arrivals: text may be held back)
+            marks = []
+
+            def on_chunk(t, e, n=[0]):
+                n[0] += len(e["choices"][0].get("text", ""))
+                if len(marks) < 2 and n[0] >= span[len(marks)]:
+                    marks.append(itl_histogram(port))
+            stream(port, dict(a_body, max_tokens=a.max_tokens), on_chunk)
+            if len(marks) < 2:
+                sys.exit("A alone did not reach the text it had at B's first token")
+            return window(marks[0], marks[1]), 0.0, span
         # A streams in a thread; once it has produced --warmup chunks, B's prompt arrives; A's gaps are read from the
         # histogram between B's arrival and B's first token; then A's connection is closed (the server cancels it).
-        events, conn = [], []
+        events, conn = [], []  # A's chunks: characters of text each
         a_thread = threading.Thread(target=lambda: stream(port, dict(a_body, max_tokens=a.max_tokens),
-                                                          lambda t, e: events.append(t), conn), daemon=True)
+                                                          lambda t, e: events.append(len(e["choices"][0].get("text", ""))),
+                                                          conn), daemon=True)
         a_thread.start()
         while len(events) < a.warmup:
             time.sleep(0.05)
         h0 = itl_histogram(port)
+        n0 = sum(events)
         t0 = time.monotonic()
         stream(port, b_body, lambda t, e: None)
         ttft = time.monotonic() - t0
         h1 = itl_histogram(port)
+        n1 = sum(events)
+        done = not a_thread.is_alive()
         conn[0].sock.shutdown(2)
         a_thread.join(timeout=60)
-        return window(h0, h1), ttft
+        if done:
+            sys.exit("A ended before B's first token: raise --max-tokens")
+        return window(h0, h1), ttft, (n0, n1)
     finally:
         p.terminate()
         p.wait()
@@ -131,16 +148,15 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--max-tokens", type=int, default=2000, help="A's length: it must outlast B's prefill")
     ap.add_argument("--warmup", type=int, default=20, help="A's chunks before B arrives")
-    ap.add_argument("--alone-tokens", type=int, default=300, help="A's length in the run without B")
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default="/tmp/prefill-stall.log")
     ap.add_argument("--server-arg", action="append", default=[], help="extra `rest serve` argument (repeatable)")
     a = ap.parse_args()
-    alone, _ = run(a, "alone")
-    beside, ttft = run(a, "beside")
-    _, ttft_alone = run(a, "b-alone")
-    out = {"a_alone": alone, "a_during_b_prefill": beside,
+    beside, ttft, span = run(a, "beside")
+    alone, _, _ = run(a, "alone", span)
+    _, ttft_alone, _ = run(a, "b-alone")
+    out = {"a_alone": alone, "a_during_b_prefill": beside, "a_output_chars_compared": span,
            "p99_during_over_median_alone": beside["p99_ms"] / alone["median_ms"],
            "p99_during_over_p99_alone": beside["p99_ms"] / alone["p99_ms"],
            "b_time_to_first_token_s": ttft, "b_alone_time_to_first_token_s": ttft_alone, "server_args": a.server_arg}
