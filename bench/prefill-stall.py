@@ -104,13 +104,16 @@ def run(a, mode, span=None):
             stream(port, b_body, lambda t, e: None)
             return None, time.monotonic() - t0, None
         if mode == "alone":  # A's gaps from the server's histogram (not SSE arrivals: text may be held back)
-            marks = []
+            marks, conn = [], []
 
             def on_chunk(t, e, n=[0]):
                 n[0] += len(e["choices"][0].get("text", ""))
-                if len(marks) < 2 and n[0] >= span[len(marks)]:
+                while len(marks) < 2 and n[0] >= span[len(marks)]:
                     marks.append(itl_histogram(port))
-            stream(port, dict(a_body, max_tokens=a.max_tokens), on_chunk)
+                if len(marks) == 2 and conn:
+                    conn[0].sock.shutdown(2)  # the window is read: the rest of A's output is not needed
+                    conn.clear()
+            stream(port, dict(a_body, max_tokens=a.max_tokens), on_chunk, conn)
             if len(marks) < 2:
                 sys.exit("A alone did not reach the text it had at B's first token")
             return window(marks[0], marks[1]), 0.0, span

@@ -168,7 +168,6 @@ TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_
     const token_id root = 7;
     std::vector<tree_request> step = {{0, root, t0, p0, d0}, {1, root, t1, p1, d1}};
     EXPECT_EQ(ctx->decode(step), decode_status::no_memory);
-    EXPECT_EQ(ctx->n_past(0), (std::int32_t) prompt.size());
 
     token_id next = root;
     for (int k = 0; k < 4; ++k) {
@@ -188,9 +187,11 @@ TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_
 }
 
 // The chain layout puts a prompt chunk (queue_prefill) in the same llama_decode as the other slots' chains when it has
-// as many rows as each: llama.cpp then runs one pass with every chain and the chunk (issue 19), and every slot's
-// logits still equal a one-slot plain context's, bit for bit (Q8_0, flash attention). A chunk of any other size goes
-// first, in a call of its own.
+// as many rows as each (issue 19; llama.cpp then runs one pass with the chains and the chunk, their slots being next
+// to each other), and every slot's logits still equal a one-slot plain context's, bit for bit (Q8_0, flash
+// attention). A chunk of any other size goes first, in a call of its own. The prompt arrives on the slot above the
+// chain's and on the one below (whose rows then come first in the batch, or llama.cpp would run them in a pass of
+// their own; llama_decode calls are counted here, not passes, so that order shows in the outputs only).
 TEST(verify_greedy, chain_layout_shares_a_step_with_a_prompt_chunk) {
     fixture_params fp;
     fp.type = "q8_0";
@@ -200,51 +201,54 @@ TEST(verify_greedy, chain_layout_shares_a_step_with_a_prompt_chunk) {
     cp.n_slots   = 2;
     cp.n_threads = 1;
     cp.trees     = false;
-    auto ctx     = m->new_context(cp);
-    ASSERT_FALSE(ctx->trees());
     context_params one = cp;
     one.n_ctx          = 160;
     one.n_slots        = 1;
-    auto ref_a = m->new_context(one), ref_b = m->new_context(one);
-
     const std::vector<token_id> prompt_a = {101, 202, 303, 404, 505};
     std::vector<token_id>       prompt_b;
     for (int i = 0; i < 40; ++i) prompt_b.push_back(600 + 7 * i);
-    ctx->prefill(0, prompt_a);
-    ref_a->prefill(0, prompt_a);
-    ref_b->prefill(0, prompt_b);
     auto same = [](std::span<const float> a, std::span<const float> b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
     };
-    // Slot 0 verifies a 3-token chain (4 rows) while slot 1's prompt arrives in chunks of 4, 6, 2, 4 and the rest.
-    const std::vector<token_id>     chain = {11, 12, 13};
-    const std::vector<std::int32_t> parents = {-1, 0, 1}, depths = {1, 2, 3};
-    const std::vector<int>          chunks = {4, 6, 2, 4, 24};
-    const std::vector<int>          calls  = {1, 2, 2, 1, 2};  // llama_decode calls each step takes
-    std::size_t                     fed    = 0;
-    token_id                        root   = 9;
-    for (std::size_t k = 0; k < chunks.size(); ++k) {
-        const std::span<const token_id> chunk(prompt_b.data() + fed, (std::size_t) chunks[k]);
-        ctx->queue_prefill(1, chunk);
-        const std::vector<tree_request> step = {{0, root, chain, parents, depths}};
-        const std::int64_t f0 = ctx->n_forward();
-        ASSERT_EQ(ctx->decode(step), decode_status::ok);
-        EXPECT_EQ(ctx->n_forward() - f0, calls[k]) << "step " << k << ", a chunk of " << chunks[k];
-        ASSERT_EQ(ref_a->decode(step), decode_status::ok);
-        for (int node = -1; node < 3; ++node) {
-            EXPECT_TRUE(same(ctx->logits(0, node), ref_a->logits(0, node))) << "step " << k << " node " << node;
+    for (const auto [sa, sb] : {std::pair{0, 1}, {1, 0}}) {
+        SCOPED_TRACE("chain on slot " + std::to_string(sa) + ", prompt on slot " + std::to_string(sb));
+        auto ctx = m->new_context(cp);
+        ASSERT_FALSE(ctx->trees());
+        auto ref_a = m->new_context(one), ref_b = m->new_context(one);
+        ctx->prefill(sa, prompt_a);
+        ref_a->prefill(0, prompt_a);
+        ref_b->prefill(0, prompt_b);
+        // A 3-token chain (4 rows) while the prompt arrives in chunks of 4, 6, 2, 4 and the rest.
+        const std::vector<token_id>     chain = {11, 12, 13};
+        const std::vector<std::int32_t> parents = {-1, 0, 1}, depths = {1, 2, 3};
+        const std::vector<int>          chunks = {4, 6, 2, 4, 24};
+        const std::vector<int>          calls  = {1, 2, 2, 1, 2};  // llama_decode calls each step takes
+        std::size_t                     fed    = 0;
+        token_id                        root   = 9;
+        for (std::size_t k = 0; k < chunks.size(); ++k) {
+            const std::span<const token_id> chunk(prompt_b.data() + fed, (std::size_t) chunks[k]);
+            ctx->queue_prefill(sb, chunk);
+            const std::vector<tree_request> step  = {{sa, root, chain, parents, depths}};
+            const std::vector<tree_request> alone = {{0, root, chain, parents, depths}};
+            const std::int64_t f0 = ctx->n_forward();
+            ASSERT_EQ(ctx->decode(step), decode_status::ok);
+            EXPECT_EQ(ctx->n_forward() - f0, calls[k]) << "step " << k << ", a chunk of " << chunks[k];
+            ASSERT_EQ(ref_a->decode(alone), decode_status::ok);
+            for (int node = -1; node < 3; ++node) {
+                EXPECT_TRUE(same(ctx->logits(0, node), ref_a->logits(0, node))) << "step " << k << " node " << node;
+            }
+            fed += (std::size_t) chunks[k];
+            EXPECT_EQ(ctx->n_past(sb), (std::int32_t) fed);
+            ctx->commit(0, {});  // keep the root only
+            ref_a->commit(0, {});
+            root = (token_id) (20 + k);
         }
-        fed += (std::size_t) chunks[k];
-        EXPECT_EQ(ctx->n_past(1), (std::int32_t) fed);
-        ctx->commit(0, {});  // keep the root only
-        ref_a->commit(0, {});
-        root = (token_id) (20 + k);
+        // The prompt's slot holds it as a one-slot prompt pass computed it.
+        const std::vector<tree_request> b = {{sb, 77}}, b_ref = {{0, 77}};
+        ASSERT_EQ(ctx->decode(b), decode_status::ok);
+        ASSERT_EQ(ref_b->decode(b_ref), decode_status::ok);
+        EXPECT_TRUE(same(ctx->logits(0, -1), ref_b->logits(0, -1)));
     }
-    // Slot 1's memory holds its prompt as a one-slot prompt pass computed it.
-    const std::vector<tree_request> b = {{1, 77}}, b_ref = {{0, 77}};
-    ASSERT_EQ(ctx->decode(b), decode_status::ok);
-    ASSERT_EQ(ref_b->decode(b_ref), decode_status::ok);
-    EXPECT_TRUE(same(ctx->logits(0, -1), ref_b->logits(0, -1)));
 }
 
 }  // namespace

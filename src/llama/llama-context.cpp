@@ -170,9 +170,10 @@ decode_status llama_target::decode(std::span<const tree_request> requests) {
     for (const auto & q : queued_) n_queued += (int32_t) q.tokens.size();
     // Queued prompt rows share the pass. In the tree layout (one unified pool) llama.cpp runs the batch as one ubatch.
     // With a sequence per slot it splits the batch into passes of equal rows per sequence over consecutive slots, so
-    // a prompt shares the chains' pass only with as many rows as they have; then the step is one pass. A shorter
-    // prompt would cut a chain over two passes, and a longer one leaves a pass of its remaining rows that costs about
-    // what the whole chunk would alone (measured, TinyLlama-shaped Q4_0, 2 threads: plain step 70 ms; one prompt row
+    // a prompt shares the chains' pass only with as many rows as they have, and only next to their slots (otherwise
+    // llama.cpp runs it as a pass of its own after theirs, which costs what a pass first would). A shorter prompt
+    // would cut a chain over two passes, and a longer one leaves a pass of its remaining rows that costs about what
+    // the whole chunk would alone (measured, TinyLlama-shaped Q4_0, 2 threads: plain step 70 ms; one prompt row
     // shared 106-118 ms, alone first 151-162; four rows shared 279-290, alone first 236-239): those go first, alone.
     const bool share_chains = queued_.size() == 1 && n_queued == rows_max;
     if (!queued_.empty() && ((!trees_ && !share_chains) || n_rows + n_pending + n_queued > n_batch_)) {

@@ -11,7 +11,7 @@ per_slot_target::per_slot_target(std::vector<std::unique_ptr<llama_target>> slot
 }
 
 void per_slot_target::set_decode_threads(std::int32_t n) {
-    for (auto & s : slots_) s->set_decode_threads(n);
+    decode_threads_ = n;
 }
 
 decode_status per_slot_target::decode(std::span<const tree_request> requests) {
@@ -19,6 +19,9 @@ decode_status per_slot_target::decode(std::span<const tree_request> requests) {
     for (const auto & r : requests) {
         tree_request own = r;
         own.slot         = 0;
+        // A slot without drafts runs a single row in a pass of its own, which must compute as plain decoding does:
+        // on the context's threads (CPU flash attention splits a long KV cache by thread count for single rows).
+        slots_[r.slot]->set_decode_threads(r.tokens.empty() ? 0 : decode_threads_);
         if (slots_[r.slot]->decode({&own, 1}) != decode_status::ok) {
             // The decoder retries the whole step with smaller trees: the slots already decoded must not keep theirs.
             for (const std::int32_t s : slot_of_) slots_[s]->undo_decode();

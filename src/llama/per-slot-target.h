@@ -22,7 +22,8 @@ class per_slot_target final : public target_model {
     std::int32_t n_vocab() const override { return slots_[0]->n_vocab(); }
     std::int32_t n_slots() const override { return (std::int32_t) slots_.size(); }
     std::int32_t n_ctx_slot() const override { return slots_[0]->n_ctx_slot(); }
-    // Per request: every request's tree goes to its own context, whose pool lends this many.
+    // One context's: each request's tree goes to its own context, which lends this many, but the decoder shares the
+    // figure out among the live requests as a total. Conservative: trees get the share they would in one pool.
     std::int32_t n_leaves_max() const override { return slots_[0]->n_leaves_max(); }
     bool trees() const override { return true; }
     std::int32_t n_past(std::int32_t slot) const override { return slots_[slot]->n_past(0); }
@@ -43,6 +44,7 @@ class per_slot_target final : public target_model {
 
   private:
     std::vector<std::unique_ptr<llama_target>> slots_;
+    std::int32_t                               decode_threads_ = 0;  // what the decoder set (0: the context's own)
     std::vector<std::int32_t>                  slot_of_;  // request of the last decode() -> its slot
 };
 
