@@ -2,7 +2,8 @@
 // a free slot holds processes only the rest (llama-server's cache_prompt, on by default). On a Q8_0 fixture with a
 // bf16 KV cache every row computes alike whatever pass it is in (test-llama-exact-quantized), so a reused prefix
 // must give exactly the output a full prompt pass gives: turns of a conversation are compared token for token with
-// the same prompt sent with cache_prompt false, one conversation alone and 8 at once over 4 slots.
+// the same prompt sent with cache_prompt false, one conversation alone and 8 at once over 4 slots. The 8 at once
+// run again in the tree layout with a context per slot (--context-per-slot), where slots share no KV pool.
 // A chat on stories260K (a real F32 model without a template: the ChatML fallback) reuses its turns too; there
 // batched float kernels round differently from a prompt pass, so it is held to the strict comparison (a divergence
 // only at a near-tie, to plain's runner-up) against the same messages sent with cache_prompt false.
@@ -17,7 +18,8 @@ using namespace rest_test;
 
 namespace {
 
-class ServerCache : public ::testing::Test {
+// A suite's `rest serve` on a Q8_0 fixture with a bf16 cache, 4 slots, plus Derived::layout_args().
+template <class Derived> class cache_suite : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
         rest::fixture_params fp;
@@ -26,9 +28,10 @@ class ServerCache : public ::testing::Test {
         start_error_ = "SetUpTestSuite failed before starting the server";  // (if what follows throws)
         model_path_  = fixture_model(fp);
         srv_         = new server_process();
-        start_error_ = srv_->start({"-m", model_path_, "-c", "2048", "--np", "4", "-t", "1", "--draft-fixed", "8",
-                                    "--cache-type-k", "bf16", "--cache-type-v", "bf16"},
-                                   tmp_dir() + "/server-cache.log");
+        std::vector<std::string> args = {"-m", model_path_, "-c", "2048", "--np", "4", "-t", "1", "--draft-fixed", "8",
+                                         "--cache-type-k", "bf16", "--cache-type-v", "bf16"};
+        for (const auto & a : Derived::layout_args()) args.push_back(a);
+        start_error_ = srv_->start(args, tmp_dir() + "/" + Derived::log_name());
     }
     static void TearDownTestSuite() {
         if (start_error_.empty()) {
@@ -63,14 +66,57 @@ class ServerCache : public ::testing::Test {
         return v;
     }
 
-    static std::string      model_path_;
-    static server_process * srv_;
-    static std::string      start_error_;
+    // 8 conversations of 3 turns at once over the 4 slots; then each turn alone with cache_prompt false: the same
+    // tokens.
+    static void eight_conversations_stay_lossless() {
+        const int                        n_conv = 8, n_turns = 3;
+        std::vector<std::vector<std::vector<int>>> prompts(n_conv), outputs(n_conv);
+        std::vector<std::int64_t>        reused(n_conv, 0);
+        std::vector<std::thread>         threads;
+        for (int c = 0; c < n_conv; ++c) {
+            threads.emplace_back([&, c] {
+                std::mt19937     rng(100 + c);
+                std::vector<int> prompt = random_tokens(rng, 10 + 7 * c);
+                for (int k = 0; k < n_turns; ++k) {
+                    const turn t = complete(prompt, 20 + 3 * c, true);
+                    prompts[c].push_back(prompt);
+                    outputs[c].push_back(t.output);
+                    reused[c] += std::max<std::int64_t>(0, t.cached);
+                    prompt.insert(prompt.end(), t.output.begin(), t.output.end());
+                    const auto more = random_tokens(rng, 15);
+                    prompt.insert(prompt.end(), more.begin(), more.end());
+                }
+            });
+        }
+        for (auto & t : threads) t.join();
+        std::int64_t total_reused = 0;
+        for (int c = 0; c < n_conv; ++c) {
+            total_reused += reused[c];
+            for (int k = 0; k < n_turns; ++k) {
+                const turn fresh = complete(prompts[c][(size_t) k], 20 + 3 * c, false);
+                EXPECT_EQ(outputs[c][(size_t) k], fresh.output) << "conversation " << c << " turn " << k;
+            }
+        }
+        std::printf("%s: 8 conversations x 3 turns over 4 slots: %lld prompt tokens reused\n", Derived::log_name(),
+                    (long long) total_reused);
+    }
+
+    static inline std::string      model_path_;
+    static inline server_process * srv_ = nullptr;
+    static inline std::string      start_error_;
 };
 
-std::string      ServerCache::model_path_;
-server_process * ServerCache::srv_ = nullptr;
-std::string      ServerCache::start_error_;
+class ServerCache : public cache_suite<ServerCache> {
+  public:
+    static std::vector<std::string> layout_args() { return {}; }
+    static const char *             log_name() { return "server-cache.log"; }
+};
+
+class ServerCacheTreePerSlot : public cache_suite<ServerCacheTreePerSlot> {
+  public:
+    static std::vector<std::string> layout_args() { return {"--draft-layout", "tree", "--context-per-slot"}; }
+    static const char *             log_name() { return "server-cache-tree-per-slot.log"; }
+};
 
 
 TEST_F(ServerCache, TurnsReuseTheirPrefixAndEqualAFullPromptPass) {
@@ -93,35 +139,11 @@ TEST_F(ServerCache, TurnsReuseTheirPrefixAndEqualAFullPromptPass) {
 }
 
 TEST_F(ServerCache, EightConversationsOverFourSlotsStayLossless) {
-    const int                        n_conv = 8, n_turns = 3;
-    std::vector<std::vector<std::vector<int>>> prompts(n_conv), outputs(n_conv);
-    std::vector<std::int64_t>        reused(n_conv, 0);
-    std::vector<std::thread>         threads;
-    for (int c = 0; c < n_conv; ++c) {
-        threads.emplace_back([&, c] {
-            std::mt19937     rng(100 + c);
-            std::vector<int> prompt = random_tokens(rng, 10 + 7 * c);
-            for (int k = 0; k < n_turns; ++k) {
-                const turn t = complete(prompt, 20 + 3 * c, true);
-                prompts[c].push_back(prompt);
-                outputs[c].push_back(t.output);
-                reused[c] += std::max<std::int64_t>(0, t.cached);
-                prompt.insert(prompt.end(), t.output.begin(), t.output.end());
-                const auto more = random_tokens(rng, 15);
-                prompt.insert(prompt.end(), more.begin(), more.end());
-            }
-        });
-    }
-    for (auto & t : threads) t.join();
-    std::int64_t total_reused = 0;
-    for (int c = 0; c < n_conv; ++c) {
-        total_reused += reused[c];
-        for (int k = 0; k < n_turns; ++k) {
-            const turn fresh = complete(prompts[c][(size_t) k], 20 + 3 * c, false);
-            EXPECT_EQ(outputs[c][(size_t) k], fresh.output) << "conversation " << c << " turn " << k;
-        }
-    }
-    std::printf("8 conversations x 3 turns over 4 slots: %lld prompt tokens reused\n", (long long) total_reused);
+    eight_conversations_stay_lossless();
+}
+
+TEST_F(ServerCacheTreePerSlot, EightConversationsOverFourSlotsStayLossless) {
+    eight_conversations_stay_lossless();
 }
 
 class ServerCacheChat : public stories_server_test<ServerCacheChat> {
