@@ -128,19 +128,34 @@ TEST(verify_greedy, generation_into_n_ctx) {
     rest_test::expect_near_ties_at_most(t, rest_test::k_float_near_tie_fraction, "llama-spm f32 into n_ctx");
 }
 
+// A Q8_0 fixture, and a context of two slots of 160 positions each on one thread: with flash attention its rows
+// compute bit for bit as a one-slot context's do.
+std::unique_ptr<model> q8_fixture() {
+    fixture_params fp;
+    fp.type = "q8_0";
+    return rest_test::load_model(rest_test::fixture_model(fp));
+}
+
+context_params two_slots() {
+    context_params cp;
+    cp.n_ctx     = 2 * 160;
+    cp.n_slots   = 2;
+    cp.n_threads = 1;
+    return cp;
+}
+
+bool same_logits(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // A context per slot (context_params::context_per_slot) decodes each slot's tree in that slot's own context. When one
 // slot's context cannot take its tree after another's took its own, the step must leave no trace in either: the
 // decoder retries it without drafts, and slot 0's logits then equal a one-slot plain context's, bit for bit. (Without
 // the take-back, slot 0's root would already sit in its memory and the retry would put it there twice.)
 TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_take_its_tree) {
-    fixture_params fp;
-    fp.type = "q8_0";
-    const auto     m = rest_test::load_model(rest_test::fixture_model(fp));
-    context_params cp;
-    cp.n_ctx            = 2 * 160;
-    cp.n_slots          = 2;
+    const auto     m    = q8_fixture();
+    context_params cp   = two_slots();
     cp.n_batch          = 64;
-    cp.n_threads        = 1;
     cp.context_per_slot = true;
     auto           ctx  = m->new_context(cp);
     context_params one  = cp;
@@ -176,8 +191,7 @@ TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_
         ASSERT_EQ(ctx->decode(plain), decode_status::ok) << "step " << k;
         ASSERT_EQ(ref->decode(alone), decode_status::ok);
         const auto a = ctx->logits(0, -1), b = ref->logits(0, -1);
-        ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "slot 0's logits at step " << k;
+        EXPECT_TRUE(same_logits(a, b)) << "slot 0's logits at step " << k;
         next = (token_id) (std::max_element(b.begin(), b.end()) - b.begin());
         ctx->commit(0, {});
         ctx->commit(1, {});
@@ -193,23 +207,15 @@ TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_
 // chain's and on the one below (whose rows then come first in the batch, or llama.cpp would run them in a pass of
 // their own; llama_decode calls are counted here, not passes, so that order shows in the outputs only).
 TEST(verify_greedy, chain_layout_shares_a_step_with_a_prompt_chunk) {
-    fixture_params fp;
-    fp.type = "q8_0";
-    const auto     m = rest_test::load_model(rest_test::fixture_model(fp));
-    context_params cp;
-    cp.n_ctx     = 2 * 160;
-    cp.n_slots   = 2;
-    cp.n_threads = 1;
-    cp.trees     = false;
+    const auto     m  = q8_fixture();
+    context_params cp = two_slots();
+    cp.trees          = false;
     context_params one = cp;
     one.n_ctx          = 160;
     one.n_slots        = 1;
     const std::vector<token_id> prompt_a = {101, 202, 303, 404, 505};
     std::vector<token_id>       prompt_b;
     for (int i = 0; i < 40; ++i) prompt_b.push_back(600 + 7 * i);
-    auto same = [](std::span<const float> a, std::span<const float> b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
     for (const auto [sa, sb] : {std::pair{0, 1}, {1, 0}}) {
         SCOPED_TRACE("chain on slot " + std::to_string(sa) + ", prompt on slot " + std::to_string(sb));
         auto ctx = m->new_context(cp);
@@ -235,7 +241,7 @@ TEST(verify_greedy, chain_layout_shares_a_step_with_a_prompt_chunk) {
             EXPECT_EQ(ctx->n_forward() - f0, calls[k]) << "step " << k << ", a chunk of " << chunks[k];
             ASSERT_EQ(ref_a->decode(alone), decode_status::ok);
             for (int node = -1; node < 3; ++node) {
-                EXPECT_TRUE(same(ctx->logits(0, node), ref_a->logits(0, node))) << "step " << k << " node " << node;
+                EXPECT_TRUE(same_logits(ctx->logits(0, node), ref_a->logits(0, node))) << "step " << k << " node " << node;
             }
             fed += (std::size_t) chunks[k];
             EXPECT_EQ(ctx->n_past(sb), (std::int32_t) fed);
@@ -247,7 +253,7 @@ TEST(verify_greedy, chain_layout_shares_a_step_with_a_prompt_chunk) {
         const std::vector<tree_request> b = {{sb, 77}}, b_ref = {{0, 77}};
         ASSERT_EQ(ctx->decode(b), decode_status::ok);
         ASSERT_EQ(ref_b->decode(b_ref), decode_status::ok);
-        EXPECT_TRUE(same(ctx->logits(0, -1), ref_b->logits(0, -1)));
+        EXPECT_TRUE(same_logits(ctx->logits(0, -1), ref_b->logits(0, -1)));
     }
 }
 
