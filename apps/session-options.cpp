@@ -13,7 +13,8 @@ void add_layout_option(CLI::App * cmd, std::string & layout, bool & context_per_
         ->capture_default_str();
     cmd->add_flag("--context-per-slot", context_per_slot,
                   "Tree layout with several slots: one llama.cpp context per slot instead of one shared KV pool, so "
-                  "every slot's output is bit-exact with plain decoding; costs one forward pass per slot per step");
+                  "each slot computes what it would alone (bit-exact with plain decoding where one slot is: quantized "
+                  "models with flash attention on a CPU); costs one forward pass per slot per step");
 }
 
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {

@@ -31,9 +31,10 @@ struct context_params {
     // default one-sequence-per-slot layout, which verifies chains only (target_model::trees() is false) but skips
     // llama.cpp's per-decode batch checks over all 256 sequence ids (~0.1 ms: a third of a tiny model's step).
     bool         trees = true;
-    // Trees with several slots: one llama.cpp context per slot instead of one pool shared by all. Every slot's output is
-    // then bit-exact with plain decoding (a shared pool interleaves slots' cells, see src/llama/per-slot-target.h), at
-    // one forward pass per slot per step. Ignored for chains, whose slots never share a pool.
+    // Trees with several slots: one llama.cpp context per slot instead of one pool shared by all. Every slot then
+    // computes what it would alone, bit-exact with plain decoding wherever one slot is (a shared pool interleaves
+    // slots' cells, see src/llama/per-slot-target.h), at one forward pass per slot per step. Ignored for chains, whose
+    // slots never share a pool.
     bool         context_per_slot = false;
     // Flash attention: -1 auto (on GPUs llama.cpp decides; on CPUs on for quantized weights, where it makes batched
     // rows bit-identical to single ones, off for F32/F16, where it is slow; see llama-context.cpp), 0 off, 1 on.
