@@ -158,6 +158,8 @@ def main():
     a = ap.parse_args()
     beside, ttft, span = run(a, "beside")
     alone, _, _ = run(a, "alone", span)
+    if beside["n"] == 0 or alone["n"] == 0:
+        sys.exit("no gap between A's steps was read during B's prefill (A stalled for all of it?): %s" % span)
     _, ttft_alone, _ = run(a, "b-alone")
     out = {"a_alone": alone, "a_during_b_prefill": beside, "a_output_chars_compared": span,
            "p99_during_over_median_alone": beside["p99_ms"] / alone["median_ms"],

@@ -205,7 +205,8 @@ TEST(verify_greedy, context_per_slot_takes_a_step_back_when_another_slot_cannot_
 // to each other), and every slot's logits still equal a one-slot plain context's, bit for bit (Q8_0, flash
 // attention). A chunk of any other size goes first, in a call of its own. The prompt arrives on the slot above the
 // chain's and on the one below (whose rows then come first in the batch, or llama.cpp would run them in a pass of
-// their own; llama_decode calls are counted here, not passes, so that order shows in the outputs only).
+// their own: llama_decode calls are counted here, not passes, so that order is not observed; the case checks the
+// rows' bookkeeping when the prompt goes first).
 TEST(verify_greedy, chain_layout_shares_a_step_with_a_prompt_chunk) {
     const auto     m  = q8_fixture();
     context_params cp = two_slots();

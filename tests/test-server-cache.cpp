@@ -2,8 +2,8 @@
 // a free slot holds processes only the rest (llama-server's cache_prompt, on by default). On a Q8_0 fixture with a
 // bf16 KV cache every row computes alike whatever pass it is in (test-llama-exact-quantized), so a reused prefix
 // must give exactly the output a full prompt pass gives: turns of a conversation are compared token for token with
-// the same prompt sent with cache_prompt false, one conversation alone and 8 at once over 4 slots. The 8 at once
-// run again in the tree layout with a context per slot (--context-per-slot), where slots share no KV pool.
+// the same prompt sent with cache_prompt false, one conversation alone and 8 at once over 4 slots. Both run again in
+// the tree layout with a context per slot (--context-per-slot), where slots share no KV pool.
 // A chat on stories260K (a real F32 model without a template: the ChatML fallback) reuses its turns too; there
 // batched float kernels round differently from a prompt pass, so it is held to the strict comparison (a divergence
 // only at a near-tie, to plain's runner-up) against the same messages sent with cache_prompt false.
@@ -66,6 +66,27 @@ template <class Derived> class cache_suite : public ::testing::Test {
         return v;
     }
 
+    // One conversation of 3 turns: each turn reuses what its slot holds and outputs what the same prompt does alone.
+    static void turns_reuse_their_prefix() {
+        std::mt19937     rng(7);
+        std::vector<int> prompt = random_tokens(rng, 40);
+        for (int k = 0; k < 3; ++k) {
+            const turn cached = complete(prompt, 30, true);
+            const turn fresh  = complete(prompt, 30, false);
+            EXPECT_EQ(fresh.cached, 0) << "cache_prompt false reuses nothing";
+            EXPECT_EQ(cached.output, fresh.output) << "turn " << k;
+            if (k > 0) {
+                // The last turn's prompt and all of its output but the last token are in the slot.
+                EXPECT_GT(cached.cached, 40 * k) << "turn " << k;
+            }
+            std::printf("%s turn %d: %zu prompt tokens, %lld reused\n", Derived::log_name(), k, prompt.size(),
+                        (long long) cached.cached);
+            prompt.insert(prompt.end(), cached.output.begin(), cached.output.end());
+            const auto more = random_tokens(rng, 25);
+            prompt.insert(prompt.end(), more.begin(), more.end());
+        }
+    }
+
     // 8 conversations of 3 turns at once over the 4 slots; then each turn alone with cache_prompt false: the same
     // tokens.
     static void eight_conversations_stay_lossless() {
@@ -120,26 +141,15 @@ class ServerCacheTreePerSlot : public cache_suite<ServerCacheTreePerSlot> {
 
 
 TEST_F(ServerCache, TurnsReuseTheirPrefixAndEqualAFullPromptPass) {
-    std::mt19937     rng(7);
-    std::vector<int> prompt = random_tokens(rng, 40);
-    for (int k = 0; k < 3; ++k) {
-        const turn cached = complete(prompt, 30, true);
-        const turn fresh  = complete(prompt, 30, false);
-        EXPECT_EQ(fresh.cached, 0) << "cache_prompt false reuses nothing";
-        EXPECT_EQ(cached.output, fresh.output) << "turn " << k;
-        if (k > 0) {
-            // The last turn's prompt and all of its output but the last token are in the slot.
-            EXPECT_GT(cached.cached, 40 * k) << "turn " << k;
-        }
-        std::printf("turn %d: %zu prompt tokens, %lld reused\n", k, prompt.size(), (long long) cached.cached);
-        prompt.insert(prompt.end(), cached.output.begin(), cached.output.end());
-        const auto more = random_tokens(rng, 25);
-        prompt.insert(prompt.end(), more.begin(), more.end());
-    }
+    turns_reuse_their_prefix();
 }
 
 TEST_F(ServerCache, EightConversationsOverFourSlotsStayLossless) {
     eight_conversations_stay_lossless();
+}
+
+TEST_F(ServerCacheTreePerSlot, TurnsReuseTheirPrefixAndEqualAFullPromptPass) {
+    turns_reuse_their_prefix();
 }
 
 TEST_F(ServerCacheTreePerSlot, EightConversationsOverFourSlotsStayLossless) {
