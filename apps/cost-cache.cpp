@@ -145,7 +145,7 @@ std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx
     const int threads = cp.n_threads > 0 ? cp.n_threads : (int) std::thread::hardware_concurrency();
     return file_identity(m.info().path) + "|" + m.info().backend + "|t" + std::to_string(threads) + "|b" +
            std::to_string(cp.n_batch) + (cp.trees ? "|trees" : "|chains") + "|fa" + std::to_string(cp.flash_attn) +
-           "|s" + std::to_string(ctx.n_slots()) + (cp.trees && cp.context_per_slot && ctx.n_slots() > 1 ? "|ctx-per-slot" : "") +
+           "|s" + std::to_string(ctx.n_slots()) + (cp.per_slot_contexts() ? "|ctx-per-slot" : "") +
            (cp.cache_type_k == "f16" && cp.cache_type_v == "f16" ? "" : "|kv" + cp.cache_type_k + "," + cp.cache_type_v);
 }
 

@@ -36,6 +36,8 @@ struct context_params {
     // slots' cells, see src/llama/per-slot-target.h), at one forward pass per slot per step. Ignored for chains, whose
     // slots never share a pool.
     bool         context_per_slot = false;
+    // Whether a context with these settings is one llama.cpp context per slot (context_per_slot applies).
+    bool per_slot_contexts() const { return trees && context_per_slot && n_slots > 1; }
     // Flash attention: -1 auto (on GPUs llama.cpp decides; on CPUs on for quantized weights, where it makes batched
     // rows bit-identical to single ones, off for F32/F16, where it is slow; see llama-context.cpp), 0 off, 1 on.
     std::int32_t flash_attn = -1;

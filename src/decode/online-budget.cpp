@@ -182,7 +182,8 @@ double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::
 
 double online_budget::predict_on(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs,
                                  std::int32_t threads) const {
-    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal, threads) + extra_seqs(n_equal, n_seqs) * seq_us();
+    return prior_us(n_rows, n_past, n_equal) * ratio_of(n_rows, n_equal, threads) +
+           extra_seqs(n_equal, n_seqs) * seq_us();
 }
 
 double online_budget::seq_us() const {
@@ -191,7 +192,8 @@ double online_budget::seq_us() const {
 
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     const std::int32_t threads = threads_of(n_rows, n_equal);
-    const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) + (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : change_us(threads));
+    const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) +
+                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : change_us(threads));
     return typical * slowdown(threads);
 }
 
@@ -494,7 +496,7 @@ void online_budget::update_gain(const step_report & r) {
     // unmeasured shapes fade to moves with the drafting passes, and plain's side must not move with what it is
     // compared against.
     const double prior = prior_us((std::int32_t) r.n_requests, r.n_past, plain_equal);
-    if (!(m.plain_ratio > 0)) m.plain_ratio = ratio_of((std::int32_t) r.n_requests, plain_equal, threads_of((std::int32_t) r.n_requests, plain_equal));
+    if (!(m.plain_ratio > 0)) m.plain_ratio = ratio_of((std::int32_t) r.n_requests, plain_equal);
     const double per_token = prior * m.plain_ratio / (double) r.n_requests;
     ++m.steps;
     ++m.var_steps;
@@ -580,7 +582,8 @@ void online_budget::observe_step(const step_report & r) {
         // And per thread count, which a busy machine slows unequally (a pass on every core waits for the busy one).
         if (drafting_pass && r.n_threads > 0 && r.n_threads < k_threads_max) {
             double & rt = per_threads(ratio_threads_, r.n_threads, 0.0);
-            rt = rt > 0 ? clamped_ema(rt, steady / base, params_.time_ema) : std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
+            rt = rt > 0 ? clamped_ema(rt, steady / base, params_.time_ema)
+                        : std::clamp(steady / base, 0.5 * ratio_all_, 2.0 * ratio_all_);
         }
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
@@ -619,7 +622,7 @@ budget_state online_budget::export_state() const {
     s.cost_ratio_all = ratio_all_;
     s.t_draft_us     = t_draft_us_;
     for (std::size_t rows = 1; rows < single_.size(); ++rows) {
-        if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1, threads_of((std::int32_t) rows, 1)));
+        if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
     }
     s.t_draft_node_us = t_draft_node_us_;
     for (std::size_t c = 0; c < k_classes; ++c) {

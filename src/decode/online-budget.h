@@ -147,6 +147,9 @@ class online_budget final : public budget_policy {
     double seq_us() const;  // what a sequence beyond one per request adds to a pass (learned; 0 until measured)
     double prior_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal) const;
     double ratio_of(std::int32_t n_rows, std::size_t n_equal, std::int32_t threads) const;  // threads: threads_of()'s
+    double ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
+        return ratio_of(n_rows, n_equal, threads_of(n_rows, n_equal));
+    }
     double freshness(std::int64_t at) const;  // weight of a figure last measured at step `at` (1 now, 0 when stale)
     // predict_us() for a pass on `threads` (threads_of() of the shape, which a caller that needs it too passes in).
     double predict_on(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs,

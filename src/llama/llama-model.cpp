@@ -49,7 +49,7 @@ class llama_loaded_model final : public model {
     std::unique_ptr<target_model> new_context(const context_params & params) const override {
         const bool quantized = info_.file_type != "F32" && info_.file_type != "F16" && info_.file_type != "BF16";
         const llama_target::hints h{offloaded_, quantized};
-        if (!params.trees || !params.context_per_slot || params.n_slots <= 1) {
+        if (!params.per_slot_contexts()) {
             return std::make_unique<llama_target>(model_.get(), params, h);
         }
         context_params one = params;
