@@ -258,6 +258,7 @@ TEST(online_budget, pads_when_more_rows_cost_less) {
     const draft_tree weak = chain(1, 0.01f);
     std::int32_t     n = -1;
     budget_query     room{&weak, 10, 8};
+    b.observe_step(step_of(2, 167));  // after a 2-row pass, so that no change of shape is in the way
     b.choose({&room, 1}, {&n, 1});
     EXPECT_EQ(n, 1) << "a 2-row pass is cheaper than a 1-row one, whatever the node is worth";
     budget_query no_room{&weak, 10, 0};
@@ -294,7 +295,31 @@ TEST(online_budget, keeps_the_last_shape_when_a_rebuild_costs_more_than_rows) {
     EXPECT_NEAR(after4.step_us(4, 10), 130, 1e-9);
     EXPECT_NEAR(after4.step_us(2, 10), 110 + 80, 1e-9);
     after4.observe_other_pass();  // a prompt was processed in between: every shape is a change now
-    EXPECT_NEAR(after4.step_us(4, 10), 130 + 80, 1e-9);
+    // ... and drafting, not yet shown to pay, is charged the change back to plain passes too.
+    EXPECT_NEAR(after4.step_us(4, 10), 130 + 2 * 80, 1e-9);
+    EXPECT_NEAR(after4.step_us(1, 10), 100 + 80, 1e-9);
+}
+
+TEST(online_budget, a_change_of_regime_is_charged_on_leaving_the_one_that_prevails) {
+    // Plain passes (1 row) and drafting ones, a change of shape 80 us each way. Until drafting is shown to pay, a
+    // step into drafting is charged both ways and a step back to plain nothing: otherwise a step after a drafting
+    // pass prices plain 80 us dearer and keeps drafting at a loss.
+    cost_table c = table_of({1, 2, 3, 4, 8}, {100, 110, 120, 130, 170});
+    c.rebuild_us = 80;
+    online_budget b(c, no_exploration());
+    b.observe_step(step_of(1, 100 + 80));  // a first pass is a change of shape too
+    EXPECT_NEAR(b.step_us(2, 10), 110 + 2 * 80, 1e-6) << "into drafting: there and back";
+    b.observe_step(step_of(2, 110 + 80));
+    EXPECT_NEAR(b.step_us(1, 10), 100, 1e-6) << "back to plain: paid on the way in";
+    EXPECT_NEAR(b.step_us(3, 10), 120 + 80, 1e-6) << "between drafting shapes: the change itself";
+    EXPECT_FALSE(b.drafting_pays());
+    // Drafting steps that each emit 3 tokens in 110 us, where plain decoding takes 300: drafting pays, and the
+    // charges turn round.
+    for (int k = 0; k < 40; ++k) b.observe_step(step_of(2, 110, 0, 3, true));
+    ASSERT_TRUE(b.drafting_pays());
+    EXPECT_NEAR(b.step_us(1, 10), 100 + 2 * 80, 100 * 0.05) << "out of drafting: there and back";
+    b.observe_step(step_of(1, 100 + 80));
+    EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.05) << "back into drafting: paid on the way out";
 }
 
 TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {
@@ -303,7 +328,7 @@ TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {
     cost_table c = table_of({1, 2, 3, 4, 8}, {100, 110, 120, 130, 170});
     c.rebuild_us = 20;
     online_budget b(c, no_exploration());
-    EXPECT_NEAR(b.step_us(2, 10), 110 + 20, 1e-9);
+    EXPECT_NEAR(b.step_us(2, 10), 110 + 2 * 20, 1e-9);  // a first drafting pass is charged the way back too
     // Steady runs of each shape as the table says, then alternating shapes (every pass a change).
     for (int k = 0; k < 6; ++k) b.observe_step(step_of(4, k == 0 ? 130 + 20 : 130));
     for (int k = 0; k < 6; ++k) b.observe_step(step_of(2, k == 0 ? 110 + 100 : 110));

@@ -97,6 +97,8 @@ class online_budget final : public budget_policy {
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
     // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
     double gain(std::size_t n_requests, bool predicted = false) const;
+    // Whether drafting, as chosen, beats plain decoding for the current class by more than the steps' spread explains.
+    bool   drafting_pays() const;
     // Whether drafting is switched off for batches of n_requests now.
     bool   drafting_off(std::size_t n_requests, bool predicted = false) const {
         return mode_[bucket(n_requests, predicted)].off_left > 0;
@@ -123,6 +125,7 @@ class online_budget final : public budget_policy {
         bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
     };
     void seed_from_neighbour(std::size_t c);
+    double loss_noise(const mode & m) const;  // a drafting step's loss beyond which it is not noise (HUGE_VAL: too few)
     // By batch size (1, 2, 3-4, 5-8, 9-16, 17+ requests), and whether a request of the pass has a prediction (its
     // drafts pay where the others may not: a class switched off for ordinary requests must not block them).
     static constexpr std::size_t k_sizes   = 6;
@@ -169,6 +172,8 @@ class online_budget final : public budget_policy {
     // What a change to a pass on `threads` costs after the last pass: rebuild_us(), or when the thread count changes
     // too, what such changes were measured to cost (learned apart).
     double change_us(std::int32_t threads) const;
+    // What step_us() charges a pass of n_rows on `threads` for not having the last pass's shape (see the definition).
+    double priced_change_us(std::int32_t n_rows, std::int32_t threads) const;
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` not measured lately fade to
