@@ -258,7 +258,6 @@ TEST(online_budget, pads_when_more_rows_cost_less) {
     const draft_tree weak = chain(1, 0.01f);
     std::int32_t     n = -1;
     budget_query     room{&weak, 10, 8};
-    b.observe_step(step_of(2, 167));  // after a 2-row pass, so that no change of shape is in the way
     b.choose({&room, 1}, {&n, 1});
     EXPECT_EQ(n, 1) << "a 2-row pass is cheaper than a 1-row one, whatever the node is worth";
     budget_query no_room{&weak, 10, 0};
@@ -320,6 +319,22 @@ TEST(online_budget, a_change_of_regime_is_charged_on_leaving_the_one_that_prevai
     EXPECT_NEAR(b.step_us(1, 10), 100 + 2 * 80, 100 * 0.05) << "out of drafting: there and back";
     b.observe_step(step_of(1, 100 + 80));
     EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.05) << "back into drafting: paid on the way out";
+}
+
+TEST(online_budget, a_plain_pass_of_more_requests_is_not_a_drafting_one) {
+    // Two requests' plain pass (2 rows), then one request is left: its plain step is a change of shape like any
+    // other, and a drafting step is charged the way back too (the last pass was plain, not drafting).
+    cost_table c = table_of({1, 2, 3, 4, 8}, {100, 110, 120, 130, 170});
+    c.rebuild_us = 80;
+    online_budget b(c, no_exploration());
+    b.observe_step(step_of(2, 200 + 80, 0, 2, false, 2));
+    const draft_tree weak = chain(1, 0.01f);
+    budget_query     q{&weak, 10, 8};
+    std::int32_t     n = -1;
+    b.choose({&q, 1}, {&n, 1});  // prices a batch of one request
+    EXPECT_EQ(n, 0);
+    EXPECT_NEAR(b.step_us(1, 10), 100 + 80, 1e-6);
+    EXPECT_NEAR(b.step_us(2, 10), 110 + 2 * 80, 1e-6);
 }
 
 TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {

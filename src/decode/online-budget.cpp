@@ -193,31 +193,34 @@ double online_budget::seq_us() const {
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     const std::int32_t threads = threads_of(n_rows, n_equal);
     const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) +
-                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : priced_change_us(n_rows, threads));
+                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : priced_change_us(n_rows, n_past, threads));
     return typical * slowdown(threads);
 }
 
-double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t threads) const {
+double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::int32_t threads) const {
     // A change between the plain regime (one row per request) and the drafting one is followed, sooner or later, by
     // one back. The way back is charged on the way out of the regime that prevails, and the way back into it is
-    // free: where drafting does not pay (drafting_pays()), entering drafting is charged both changes and leaving it
-    // nothing; where it pays, the reverse. (The relative value of the two regimes of a two-state Markov chain whose
-    // round trip costs both changes, at its two ends.) Charging each change only where it happens made a step that
-    // had drafted keep verifying nodes that do not pay in steady state: stories260K at one thread on a Zen 5 CPU
-    // verified nodes of p > 0.34 where 0.75 is the break-even (automatic 0.94-0.98x of the best method, plain,
-    // against 0.98-0.99x now). Until drafting is shown to pay, the plain regime is taken to prevail.
-    // Between two drafting shapes a change costs what it costs.
+    // free: where drafting does not pay, entering drafting is charged both changes and leaving it nothing; where it
+    // pays, the reverse. (The relative value of the two regimes of a two-state Markov chain whose round trip costs
+    // both changes, at its two ends.) Charging each change only where it happens made a step that had drafted keep
+    // verifying nodes that do not pay in steady state: stories260K at one thread on a Zen 5 CPU verified nodes of
+    // p > 0.34 where 0.75 is the break-even (automatic 0.94-0.98x of the best method, plain, against 0.98-0.99x now).
+    // Drafting pays where it was measured to (drafting_pays()) or where one node per request costs no more than a
+    // plain pass whatever it is worth (a single row on two threads of that CPU costs 1.5x two rows on one); until
+    // then the plain regime is taken to prevail. Between two drafting shapes this charges the change itself plus the
+    // difference of their ways back (which differ only when their thread counts do).
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
     const bool         drafting = n_rows > (std::int32_t) n_req;
-    const bool         was      = last_rows_ > (std::int32_t) n_req;  // the last pass drafted (0 rows: another pass)
-    const std::int32_t plain_threads = context_threads_ > 0 ? context_threads_ : threads;
+    const bool         was      = last_rows_ > last_requests_;  // the last pass drafted (0 rows: another pass)
+    const std::int32_t plain_threads = threads_of((std::int32_t) n_req, 1);
     auto to_threads = [&](std::int32_t to, std::int32_t from) {  // a change to a pass on `to` threads from `from`
         const cost_est * s = to != from && to > 0 && (std::size_t) to < switch_.size() ? &switch_[to] : nullptr;
         return s && s->n > 0 ? s->median : rebuild_us();
     };
+    const bool pays = drafting_pays() ||
+                      predict_us((std::int32_t) n_req + 1, n_past) <= predict_us((std::int32_t) n_req, n_past);
     // Being in the drafting regime (its passes on `t` threads) over being in the plain one, as a cost.
-    const bool pays = drafting_pays();
-    auto       bias = [&](std::int32_t t) { return pays ? -to_threads(t, plain_threads) : to_threads(plain_threads, t); };
+    auto bias = [&](std::int32_t t) { return pays ? -to_threads(t, plain_threads) : to_threads(plain_threads, t); };
     const double after = drafting ? bias(threads) : 0.0;
     const double now   = was ? bias(last_threads_ > 0 ? last_threads_ : threads) : 0.0;
     return std::max(0.0, change_us(threads) + after - now);  // the caller has checked that the shape changes
@@ -581,6 +584,7 @@ void online_budget::observe_step(const step_report & r) {
     }
     last_threads_     = r.n_threads;
     last_rows_        = r.n_rows;
+    last_requests_    = (std::int32_t) r.n_requests;
     last_equal_       = r.n_equal;
     last_seqs_        = r.n_seqs;
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);

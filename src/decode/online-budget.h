@@ -73,7 +73,7 @@ class online_budget final : public budget_policy {
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     // A pass with another request's prompt rows ran on the context's threads, in a shape of its own.
-    void observe_other_pass() override { last_rows_ = 0; last_seqs_ = 0; last_threads_ = context_threads_; }
+    void observe_other_pass() override { last_rows_ = 0; last_requests_ = 0; last_seqs_ = 0; last_threads_ = context_threads_; }
     void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
@@ -92,8 +92,9 @@ class online_budget final : public budget_policy {
     // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
     // takes 1.0), learned from the branchy passes themselves (0 until one is seen).
     double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
-    // The same plus a change of shape (change_us()) if the shape (rows, n_equal and, when known, n_seqs as in
-    // step_report) differs from the last pass's, times the slowdown of its thread count: what a step is priced at.
+    // The same plus what a change of shape is priced at (priced_change_us()) if the shape (rows, n_equal and, when
+    // known, n_seqs as in step_report) differs from the last pass's, times the slowdown of its thread count: what a
+    // step is priced at.
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
     // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
     double gain(std::size_t n_requests, bool predicted = false) const;
@@ -173,7 +174,7 @@ class online_budget final : public budget_policy {
     // too, what such changes were measured to cost (learned apart).
     double change_us(std::int32_t threads) const;
     // What step_us() charges a pass of n_rows on `threads` for not having the last pass's shape (see the definition).
-    double priced_change_us(std::int32_t n_rows, std::int32_t threads) const;
+    double priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::int32_t threads) const;
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` not measured lately fade to
@@ -226,6 +227,7 @@ class online_budget final : public budget_policy {
     std::int64_t                                n_steps_ = 0;
     bool                                        drafted_before_ = false;  // the first draft has been seen
     std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
+    std::int32_t                                last_requests_ = 0;  // its requests
     std::size_t                                 last_equal_ = 1;  // its n_equal
     std::int32_t                                last_seqs_ = 0;   // its n_seqs (0: not reported)
     static constexpr std::size_t                k_recent = 32;
