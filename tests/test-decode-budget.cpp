@@ -321,6 +321,37 @@ TEST(online_budget, a_change_of_regime_is_charged_on_leaving_the_one_that_prevai
     EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.05) << "back into drafting: paid on the way out";
 }
 
+TEST(online_budget, a_round_trip_across_thread_counts_is_priced_with_both_switches) {
+    // Plain passes on the context's 2 threads, 2-row passes on 1 (the table's fastest), as on the Zen 5 CPU: two
+    // rows cost less than one row, so drafting prevails from the start. Switching to 1 thread was measured to add
+    // 400 us, back to 2 threads 600: entering drafting is then free and leaving it costs both.
+    cost_table c = table_of({1, 2, 3, 4, 8}, {300, 200, 290, 380, 750});
+    c.threads    = {2, 1, 1, 1, 1};
+    c.rebuild_us = 50;
+    online_budget b(c, no_exploration());
+    auto pass = [&](std::int32_t rows, std::int32_t threads, double us) {
+        step_report r = step_of(rows, us);
+        r.n_threads = threads;
+        r.n_threads_context = 2;
+        b.observe_step(r);
+    };
+    pass(1, 2, 300 + 50);  // a first pass is a change
+    pass(2, 1, 200 + 400);
+    for (int k = 0; k < 3; ++k) pass(2, 1, 200);  // steady: the estimates are medians of the last passes
+    pass(1, 2, 300 + 600);
+    for (int k = 0; k < 3; ++k) pass(1, 2, 300);
+    for (int k = 0; k < 3; ++k) {
+        pass(1, 2, 300 + 600);
+        pass(2, 1, 200 + 400);
+    }
+    pass(1, 2, 300 + 600);
+    // (Within 10%: the estimates and each thread count's slowdown still carry the first passes' changes. Charged
+    // where they happen, these two would be 200 + 400 and 300 + 600.)
+    EXPECT_NEAR(b.step_us(2, 10), 200, 200 * 0.1) << "into drafting: its way back was charged on leaving it";
+    pass(2, 1, 200 + 400);
+    EXPECT_NEAR(b.step_us(1, 10), 300 + 600 + 400, 1300 * 0.1) << "out of drafting: there and back";
+}
+
 TEST(online_budget, a_plain_pass_of_more_requests_is_not_a_drafting_one) {
     // Two requests' plain pass (2 rows), then one request is left: its plain step is a change of shape like any
     // other, and a drafting step is charged the way back too (the last pass was plain, not drafting).
