@@ -217,8 +217,7 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
         const cost_est * s = to != from && to > 0 && (std::size_t) to < switch_.size() ? &switch_[to] : nullptr;
         return s && s->n > 0 ? s->median : rebuild_us();
     };
-    const bool pays = drafting_pays() ||
-                      predict_us((std::int32_t) n_req + 1, n_past) <= predict_us((std::int32_t) n_req, n_past);
+    const bool pays = drafting_prevails(n_past);
     // Being in the drafting regime (its passes on `t` threads) over being in the plain one, as a cost.
     auto bias = [&](std::int32_t t) { return pays ? -to_threads(t, plain_threads) : to_threads(plain_threads, t); };
     const double after = drafting ? bias(threads) : 0.0;
@@ -260,6 +259,17 @@ double online_budget::loss_noise(const mode & m) const {
     if (m.var_steps < params_.probe_steps) return HUGE_VAL;
     const double n_eff = std::min((double) m.var_steps, (2 - params_.gain_ema) / params_.gain_ema);
     return params_.loss_z * std::sqrt(m.loss_var / n_eff);
+}
+
+bool online_budget::drafting_prevails(std::int32_t n_past) const {
+    // Asked for every row count choose() prices, and the same for all of them until the next step or batch: kept.
+    if (prevails_at_ == n_steps_ && prevails_n_ == n_live_ && prevails_class_ == cur_class_) return prevails_;
+    const std::int32_t n = (std::int32_t) std::max<std::size_t>(n_live_, 1);
+    prevails_    = drafting_pays() || predict_us(n + 1, n_past) <= predict_us(n, n_past);
+    prevails_at_ = n_steps_;
+    prevails_n_  = n_live_;
+    prevails_class_ = cur_class_;
+    return prevails_;
 }
 
 bool online_budget::drafting_pays() const {

@@ -100,6 +100,9 @@ class online_budget final : public budget_policy {
     double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting, as chosen, beats plain decoding for the current class by more than the steps' spread explains.
     bool   drafting_pays() const;
+    // The regime priced as prevailing (see priced_change_us()): drafting pays, or one node per request costs no more
+    // than a plain pass at n_past.
+    bool   drafting_prevails(std::int32_t n_past) const;
     // Whether drafting is switched off for batches of n_requests now.
     bool   drafting_off(std::size_t n_requests, bool predicted = false) const {
         return mode_[bucket(n_requests, predicted)].off_left > 0;
@@ -228,6 +231,10 @@ class online_budget final : public budget_policy {
     bool                                        drafted_before_ = false;  // the first draft has been seen
     std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     std::int32_t                                last_requests_ = 0;  // its requests
+    mutable bool                                prevails_ = false;      // drafting_prevails(), as of ...
+    mutable std::int64_t                        prevails_at_ = -1;      // ... this step
+    mutable std::size_t                         prevails_n_ = 0;        // ... for this many requests
+    mutable std::size_t                         prevails_class_ = 0;    // ... and this class
     std::size_t                                 last_equal_ = 1;  // its n_equal
     std::int32_t                                last_seqs_ = 0;   // its n_seqs (0: not reported)
     static constexpr std::size_t                k_recent = 32;
