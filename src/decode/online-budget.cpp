@@ -193,11 +193,12 @@ double online_budget::seq_us() const {
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     const std::int32_t threads = threads_of(n_rows, n_equal);
     const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) +
-                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : priced_change_us(n_rows, n_past, threads));
+                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : priced_change_us(n_rows, n_past, n_equal, threads));
     return typical * slowdown(threads);
 }
 
-double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::int32_t threads) const {
+double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal,
+                                       std::int32_t threads) const {
     // A change between the plain regime (one row per request) and the drafting one is followed, sooner or later, by
     // one back. The way back is charged on the way out of the regime that prevails, and the way back into it is
     // free: where drafting does not pay, entering drafting is charged both changes and leaving it nothing; where it
@@ -205,9 +206,9 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // both changes, at its two ends.) Charging each change only where it happens made a step that had drafted keep
     // verifying nodes that do not pay in steady state: stories260K at one thread on a Zen 5 CPU verified nodes of
     // p > 0.34 where 0.75 is the break-even (automatic 0.94-0.98x of the best method, plain, against 0.98-0.99x now).
-    // Drafting pays where it was measured to (drafting_pays()) or where one node per request costs no more than a
-    // plain pass whatever it is worth (a single row on two threads of that CPU costs 1.5x two rows on one); until
-    // then the plain regime is taken to prevail. Between two drafting shapes this charges the change itself plus the
+    // Drafting prevails where it was measured to pay (drafting_pays()), or, until drafting is measured to lose, where
+    // the cheapest drafting pass costs no more than a plain one whatever its nodes are worth (a single row on two
+    // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two drafting shapes this charges the change itself plus the
     // difference of their ways back (which differ only when their thread counts do).
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
     const bool         drafting = n_rows > (std::int32_t) n_req;
@@ -217,7 +218,7 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
         const cost_est * s = to != from && to > 0 && (std::size_t) to < switch_.size() ? &switch_[to] : nullptr;
         return s && s->n > 0 ? s->median : rebuild_us();
     };
-    const bool pays = drafting_prevails(n_past);
+    const bool pays = drafting_prevails(n_past, n_equal);
     // Being in the drafting regime (its passes on `t` threads) over being in the plain one, as a cost.
     auto bias = [&](std::int32_t t) { return pays ? -to_threads(t, plain_threads) : to_threads(plain_threads, t); };
     const double after = drafting ? bias(threads) : 0.0;
@@ -261,14 +262,21 @@ double online_budget::loss_noise(const mode & m) const {
     return params_.loss_z * std::sqrt(m.loss_var / n_eff);
 }
 
-bool online_budget::drafting_prevails(std::int32_t n_past) const {
+bool online_budget::drafting_prevails(std::int32_t n_past, std::size_t n_equal) const {
     // Asked for every row count choose() prices, and the same for all of them until the next step or batch: kept.
-    if (prevails_at_ == n_steps_ && prevails_n_ == n_live_ && prevails_class_ == cur_class_) return prevails_;
+    if (prevails_at_ == n_steps_ && prevails_n_ == n_live_ && prevails_class_ == cur_class_ && prevails_equal_ == n_equal) {
+        return prevails_;
+    }
     const std::int32_t n = (std::int32_t) std::max<std::size_t>(n_live_, 1);
-    prevails_    = drafting_pays() || predict_us(n + 1, n_past) <= predict_us(n, n_past);
-    prevails_at_ = n_steps_;
-    prevails_n_  = n_live_;
+    const mode &       m = mode_[cur_class_];
+    // The cheapest drafting pass: one node for one request (choose()); equal chains pad every request (choose_equal()).
+    const std::int32_t least = n_equal > 1 ? 2 * n : n + 1;
+    const bool         loses = m.var_steps >= params_.probe_steps && m.t_spent > m.t_plain;
+    prevails_ = drafting_pays() || (!loses && predict_us(least, n_past, n_equal) <= predict_us(n, n_past, n_equal));
+    prevails_at_    = n_steps_;
+    prevails_n_     = n_live_;
     prevails_class_ = cur_class_;
+    prevails_equal_ = n_equal;
     return prevails_;
 }
 

@@ -100,9 +100,9 @@ class online_budget final : public budget_policy {
     double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting, as chosen, beats plain decoding for the current class by more than the steps' spread explains.
     bool   drafting_pays() const;
-    // The regime priced as prevailing (see priced_change_us()): drafting pays, or one node per request costs no more
-    // than a plain pass at n_past.
-    bool   drafting_prevails(std::int32_t n_past) const;
+    // The regime priced as prevailing (see priced_change_us()): drafting pays, or, not measured to lose, its cheapest
+    // pass (n_equal as in step_report) costs no more than a plain one at n_past.
+    bool   drafting_prevails(std::int32_t n_past, std::size_t n_equal = 1) const;
     // Whether drafting is switched off for batches of n_requests now.
     bool   drafting_off(std::size_t n_requests, bool predicted = false) const {
         return mode_[bucket(n_requests, predicted)].off_left > 0;
@@ -177,7 +177,7 @@ class online_budget final : public budget_policy {
     // too, what such changes were measured to cost (learned apart).
     double change_us(std::int32_t threads) const;
     // What step_us() charges a pass of n_rows on `threads` for not having the last pass's shape (see the definition).
-    double priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::int32_t threads) const;
+    double priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t threads) const;
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` not measured lately fade to
@@ -235,6 +235,7 @@ class online_budget final : public budget_policy {
     mutable std::int64_t                        prevails_at_ = -1;      // ... this step
     mutable std::size_t                         prevails_n_ = 0;        // ... for this many requests
     mutable std::size_t                         prevails_class_ = 0;    // ... and this class
+    mutable std::size_t                         prevails_equal_ = 1;    // ... and n_equal
     std::size_t                                 last_equal_ = 1;  // its n_equal
     std::int32_t                                last_seqs_ = 0;   // its n_seqs (0: not reported)
     static constexpr std::size_t                k_recent = 32;
