@@ -208,22 +208,19 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // p > 0.34 where 0.75 is the break-even (automatic 0.94-0.98x of the best method, plain, against 0.98-0.99x now).
     // Drafting prevails where it was measured to pay (drafting_pays()), or, until drafting is measured to lose, where
     // the cheapest drafting pass costs no more than a plain one whatever its nodes are worth (a single row on two
-    // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two drafting shapes this charges the change itself plus the
-    // difference of their ways back (which differ only when their thread counts do).
+    // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two
+    // drafting shapes this charges the change itself plus the difference of their ways back (which differ only when
+    // their thread counts do).
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
     const bool         drafting = n_rows > (std::int32_t) n_req;
     const bool         was      = last_rows_ > last_requests_;  // the last pass drafted (0 rows: another pass)
     const std::int32_t plain_threads = threads_of((std::int32_t) n_req, 1);
-    auto to_threads = [&](std::int32_t to, std::int32_t from) {  // a change to a pass on `to` threads from `from`
-        const cost_est * s = to != from && to > 0 && (std::size_t) to < switch_.size() ? &switch_[to] : nullptr;
-        return s && s->n > 0 ? s->median : rebuild_us();
-    };
-    const bool pays = drafting_prevails(n_past, n_equal);
+    const bool         pays          = drafting_prevails(n_past, n_equal);
     // Being in the drafting regime (its passes on `t` threads) over being in the plain one, as a cost.
-    auto bias = [&](std::int32_t t) { return pays ? -to_threads(t, plain_threads) : to_threads(plain_threads, t); };
+    auto bias = [&](std::int32_t t) { return pays ? -change_us(t, plain_threads) : change_us(plain_threads, t); };
     const double after = drafting ? bias(threads) : 0.0;
     const double now   = was ? bias(last_threads_ > 0 ? last_threads_ : threads) : 0.0;
-    return std::max(0.0, change_us(threads) + after - now);  // the caller has checked that the shape changes
+    return std::max(0.0, change_us(threads, last_threads_) + after - now);  // the caller has seen the shape change
 }
 
 double online_budget::slowdown(std::int32_t threads) const {
@@ -236,10 +233,10 @@ double online_budget::slowdown(std::int32_t threads) const {
     return std::max(1.0, 1.0 + (f - 1.0) * freshness(at));
 }
 
-double online_budget::change_us(std::int32_t threads) const {
+double online_budget::change_us(std::int32_t threads, std::int32_t from) const {
     // Another thread count wakes or parks workers besides the graph rebuild: on stories260K, -t 2, a 2-row pass on
     // one thread after one on two took 655 us against 275 steady, and a 1-row pass on two after one on one 2,481.
-    const bool other = threads > 0 && last_threads_ > 0 && threads != last_threads_;
+    const bool other = threads > 0 && from > 0 && threads != from;
     const cost_est * s = other && (std::size_t) threads < switch_.size() ? &switch_[threads] : nullptr;
     return s && s->n > 0 ? s->median : rebuild_us();
 }
@@ -264,20 +261,16 @@ double online_budget::loss_noise(const mode & m) const {
 
 bool online_budget::drafting_prevails(std::int32_t n_past, std::size_t n_equal) const {
     // Asked for every row count choose() prices, and the same for all of them until the next step or batch: kept.
-    if (prevails_at_ == n_steps_ && prevails_n_ == n_live_ && prevails_class_ == cur_class_ && prevails_equal_ == n_equal) {
-        return prevails_;
-    }
+    auto & c = prevails_memo_;
+    if (c.step == n_steps_ && c.n_live == n_live_ && c.cls == cur_class_ && c.n_equal == n_equal) return c.value;
     const std::int32_t n = (std::int32_t) std::max<std::size_t>(n_live_, 1);
     const mode &       m = mode_[cur_class_];
     // The cheapest drafting pass: one node for one request (choose()); equal chains pad every request (choose_equal()).
     const std::int32_t least = n_equal > 1 ? 2 * n : n + 1;
     const bool         loses = m.var_steps >= params_.probe_steps && m.t_spent > m.t_plain;
-    prevails_ = drafting_pays() || (!loses && predict_us(least, n_past, n_equal) <= predict_us(n, n_past, n_equal));
-    prevails_at_    = n_steps_;
-    prevails_n_     = n_live_;
-    prevails_class_ = cur_class_;
-    prevails_equal_ = n_equal;
-    return prevails_;
+    const bool value = drafting_pays() || (!loses && predict_us(least, n_past, n_equal) <= predict_us(n, n_past, n_equal));
+    c = {n_steps_, n_live_, cur_class_, n_equal, value};
+    return value;
 }
 
 bool online_budget::drafting_pays() const {
@@ -589,7 +582,7 @@ void online_budget::observe_step(const step_report & r) {
     if (r.n_threads_context > 0) context_threads_ = r.n_threads_context;
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
-    const double change = same ? 0.0 : change_us(r.n_threads);  // before last_threads_ moves on
+    const double change = same ? 0.0 : change_us(r.n_threads, last_threads_);  // before last_threads_ moves on
     if (r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.

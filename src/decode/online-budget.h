@@ -173,9 +173,9 @@ class online_budget final : public budget_policy {
         return n_rows == last_rows_ && n_equal == last_equal_ && (n_seqs == 0 || last_seqs_ == 0 || n_seqs == last_seqs_);
     }
     double rebuild_us() const;  // what a change of shape costs now (learned; the table's figure until measured)
-    // What a change to a pass on `threads` costs after the last pass: rebuild_us(), or when the thread count changes
-    // too, what such changes were measured to cost (learned apart).
-    double change_us(std::int32_t threads) const;
+    // What a change to a pass on `threads` costs after a pass on `from` (last_threads_: the last pass): rebuild_us(),
+    // or when the thread count changes too, what such changes were measured to cost (learned apart).
+    double change_us(std::int32_t threads, std::int32_t from) const;
     // What step_us() charges a pass of n_rows on `threads` for not having the last pass's shape (see the definition).
     double priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t threads) const;
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
@@ -231,11 +231,12 @@ class online_budget final : public budget_policy {
     bool                                        drafted_before_ = false;  // the first draft has been seen
     std::int32_t                                last_rows_ = 0;   // rows of the last observed pass (0: none yet)
     std::int32_t                                last_requests_ = 0;  // its requests
-    mutable bool                                prevails_ = false;      // drafting_prevails(), as of ...
-    mutable std::int64_t                        prevails_at_ = -1;      // ... this step
-    mutable std::size_t                         prevails_n_ = 0;        // ... for this many requests
-    mutable std::size_t                         prevails_class_ = 0;    // ... and this class
-    mutable std::size_t                         prevails_equal_ = 1;    // ... and n_equal
+    struct prevails_memo {  // drafting_prevails() as of a step, batch size, class and n_equal
+        std::int64_t step = -1;
+        std::size_t  n_live = 0, cls = 0, n_equal = 1;
+        bool         value = false;
+    };
+    mutable prevails_memo                       prevails_memo_;
     std::size_t                                 last_equal_ = 1;  // its n_equal
     std::int32_t                                last_seqs_ = 0;   // its n_seqs (0: not reported)
     static constexpr std::size_t                k_recent = 32;
