@@ -56,7 +56,7 @@ TEST(online_budget, drafting_time_is_paid_once_per_step) {
     for (float p : {0.3f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.97f}) {
         const online_budget_params no_explore = no_exploration();
         online_budget b(k_cpu, no_explore), bare(k_cpu, no_explore);
-        for (int i = 0; i < 2; ++i) {  // the first draft is a warm-up, not counted
+        for (int i = 0; i < 3; ++i) {  // the first pass and the first draft after it are warm-ups, not counted
             b.observe_step(step_of(1, k_cpu.predict_us(1, 10), 40.0));  // as predicted: no time correction
         }
         const draft_tree t = chain(40, p);

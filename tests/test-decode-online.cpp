@@ -222,6 +222,54 @@ TEST(online_budget_run, a_class_never_measured_starts_from_its_nearest_finished_
     EXPECT_NEAR(p.gain(2), 2.0, 1e-9) << "a finished measurement is copied";
 }
 
+TEST(online_budget_run, a_warm_start_that_ended_in_a_probe_waits_its_back_off) {
+    // A short run (a one-shot `rest generate`) that ended while probing saves no plain steps left. The next run must
+    // not probe again at once: it waits as many plain steps as the back-off level says (off_min << n_off).
+    auto        linear = [](int rows, int) { return 100.0 * rows; };
+    budget_spec spec;
+    spec.costs = table_of({1, 2, 4, 8, 16}, {100, 200, 400, 800, 1600});
+    auto cold  = make_budget_policy(spec);
+    run_timed(*cold, linear, 1000, 0.3);
+    budget_state learned = cold->export_state();
+    ASSERT_LT(learned.plain_us[0], learned.spent_us[0]) << "drafting did not pay";
+    learned.off_left[0] = 0;  // the run ended in a probe
+    learned.n_off[0]    = 3;
+    spec.warm = &learned;
+    auto               warm = make_budget_policy(spec);
+    const online_budget_params p;
+    int                plain_first = 0;
+    while (plain_first < 1000 && !warm->want_draft(1, false)) {
+        warm->observe_step(step_of(1, 100.0));
+        ++plain_first;
+    }
+    EXPECT_GE(plain_first, (p.off_min << 3) - 1) << "plain steps before the first probe";
+    EXPECT_LE(plain_first, p.off_min << 3);
+}
+
+TEST(online_budget, a_slow_first_pass_does_not_make_drafting_look_cheap) {
+    // A process's first pass pays for cold caches (4x a steady pass on stories260K). Here drafting costs 30% more per
+    // token than plain decoding; taken as plain's cost, an 8x first pass made every drafting step look like a gain.
+    online_budget b(table_of({1, 2, 4}, {100, 200, 400}, 0), no_exploration());
+    b.observe_step(step_of(1, 800));  // the process's first pass
+    for (int k = 0; k < 40; ++k) b.observe_step(step_of(2, 260, 0, 2, true));
+    EXPECT_LT(b.gain(1), 0.85) << "drafting at 260 us per 2 tokens against plain's 100 per token";
+    EXPECT_TRUE(b.drafting_off(1)) << "and so switched off";
+}
+
+TEST(online_budget, the_plain_pass_that_ends_a_drafting_run_is_charged_to_drafting) {
+    // Runs of 4 drafting steps (2 rows, 2 tokens, 190 us against plain's 2 x 100) and a plain pass after each, which
+    // pays llama.cpp's graph rebuild (100 us) because drafting changed the shape. Drafting alone is a 5% gain; with
+    // the rebuilds it causes, a loss: the realised gain must say so.
+    online_budget b(table_of({1, 2, 4}, {100, 200, 400}, 0), no_exploration());
+    b.observe_step(step_of(1, 100));  // the cold first pass
+    for (int k = 0; k < 30; ++k) b.observe_step(step_of(1, 100));
+    for (int run = 0; run < 20; ++run) {
+        for (int i = 0; i < 4; ++i) b.observe_step(step_of(2, 190 + (i == 0 ? 100 : 0), 0, 2, true));
+        b.observe_step(step_of(1, 100 + 100));
+    }
+    EXPECT_LT(b.gain(1), 0.95) << "drafting, with the rebuilds it causes, loses";
+}
+
 TEST(online_budget_run, malformed_warm_state_is_ignored) {
     budget_state bad;
     bad.acceptance.assign(3, {5, 9});  // wrong size (and accepted > n)

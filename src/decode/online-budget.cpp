@@ -68,9 +68,11 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
         m.measured = true;
         m.steps    = params_.probe_steps;  // the gain is known: keep checking it from here
         if (plain < spent) {
-            // The schedule goes on where the last run left it, so short runs still probe at the bounded rate.
+            // The schedule goes on where the last run left it, so short runs still probe at the bounded rate; a run
+            // that ended in a probe (none left) waits as long as its back-off level says, not one step: otherwise
+            // every short run (a one-shot `rest generate`) would start with a probe at a loss.
             const std::int32_t left = c < warm->off_left.size() ? warm->off_left[c] : 0;
-            m.off_left = left > 0 ? std::min(left, params_.off_max) : 1;
+            m.off_left = std::min(params_.off_max, left > 0 ? left : params_.off_min << m.n_off);
         }
     }
 }
@@ -556,7 +558,8 @@ void online_budget::update_gain(const step_report & r) {
     ++m.var_steps;
     m.measured     = true;
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
-    const double spent = r.t_pass_us + r.t_draft_us, plain = per_token * (double) r.n_tokens;
+    const double spent = r.t_pass_us + r.t_draft_us + m.exit_us, plain = per_token * (double) r.n_tokens;
+    m.exit_us          = 0;
     // The spread of a step's loss (spent - plain) next to its mean: the EMA's variance, same weights.
     const double loss  = spent - plain, delta = loss - (m.t_spent - m.t_plain);
     m.loss_var     = m.var_steps == 1 ? 0.0 : (1 - w) * (m.loss_var + w * delta * delta);
@@ -583,7 +586,12 @@ void online_budget::observe_step(const step_report & r) {
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
     const double change = same ? 0.0 : change_us(r.n_threads, last_threads_);  // before last_threads_ moves on
-    if (r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+    const bool   left_drafting = !same && last_rows_ > last_requests_ && last_requests_ > 0;  // the last pass drafted
+    // A process's first pass pays for cold caches and llama.cpp's first graph of its shape (453 us where stories260K's
+    // steady 1-row pass takes 120 on one thread): it says nothing about the machine's load or plain's cost from then
+    // on, and as the first plain figure it would set what drafting is compared against for dozens of steps.
+    const bool cold = n_steps_ == 1;
+    if (!cold && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
         const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
@@ -598,6 +606,7 @@ void online_budget::observe_step(const step_report & r) {
     last_requests_    = (std::int32_t) r.n_requests;
     last_equal_       = r.n_equal;
     last_seqs_        = r.n_seqs;
+    if (cold) return;
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
     const double t    = r.t_pass_us;
     const std::int32_t extra = extra_seqs(r.n_equal, r.n_seqs);
@@ -639,6 +648,7 @@ void online_budget::observe_step(const step_report & r) {
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
+        if (!r.drafted && left_drafting) m.exit_us += change;  // see mode::exit_us
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
         // As a ratio to the start-up time at this context length, so that it holds at another (attention grows).
         const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);

@@ -127,6 +127,9 @@ class online_budget final : public budget_policy {
         double       rate_tokens = 0, rate_us = 0;  // EMAs of a step's tokens and time, every step (see worth())
         std::int64_t n_rated = 0;   // steps in them
         bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
+        // What the plain pass that ended the last drafting run paid for its change of shape: drafting caused it, so
+        // the next drafting step's side of the gain carries it (the plain side subtracts it from what plain costs).
+        double       exit_us = 0;
     };
     void seed_from_neighbour(std::size_t c);
     double loss_noise(const mode & m) const;  // a drafting step's loss beyond which it is not noise (HUGE_VAL: too few)
