@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <memory>
 
 using namespace rest;
 using namespace rest_test;
@@ -319,6 +320,37 @@ TEST(online_budget, a_change_of_regime_is_charged_on_leaving_the_one_that_prevai
     EXPECT_NEAR(b.step_us(1, 10), 100 + 2 * 80, 100 * 0.05) << "out of drafting: there and back";
     b.observe_step(step_of(1, 100 + 80));
     EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.05) << "back into drafting: paid on the way out";
+}
+
+TEST(online_budget, an_excursion_from_the_drafting_shape_is_charged_its_way_back_as_often_as_it_comes_back) {
+    // Drafting pays and a request mostly verifies 2 rows; a change of shape costs 80 us. Where a 3-row step is always
+    // followed by a 2-row one, going to 3 rows costs both changes and coming back nothing; where 3-row steps come in
+    // runs, going there costs less than both.
+    cost_table c = table_of({1, 2, 3, 4, 8}, {100, 110, 120, 130, 170});
+    c.rebuild_us = 80;
+    auto trained = [&](std::initializer_list<int> pattern) {
+        auto b = std::make_unique<online_budget>(c, no_exploration());
+        b->observe_step(step_of(1, 100 + 80));
+        for (int k = 0; k < 40; ++k) b->observe_step(step_of(2, 110, 0, 3, true));
+        int last = 2;
+        for (int k = 0; k < 80; ++k) {
+            for (const int rows : pattern) {
+                b->observe_step(step_of(rows, (rows == 2 ? 110 : 120) + (rows != last ? 80 : 0), 0, 3, true));
+                last = rows;
+            }
+        }
+        b->observe_step(step_of(2, 110 + (last != 2 ? 80 : 0), 0, 3, true));
+        return b;
+    };
+    const auto back = trained({3, 2});
+    ASSERT_TRUE(back->drafting_pays());
+    EXPECT_NEAR(back->step_us(3, 10), 120 + 2 * 80, 120 * 0.05) << "an excursion that comes back at once";
+    back->observe_step(step_of(3, 120 + 80, 0, 3, true));
+    EXPECT_NEAR(back->step_us(2, 10), 110, 110 * 0.05) << "home: paid on the way out";
+    const auto runs = trained({3, 3, 3, 2, 2, 2, 2});
+    ASSERT_TRUE(runs->drafting_pays());
+    EXPECT_LT(runs->step_us(3, 10), 120 + 80 + 0.5 * 80) << "excursions in runs of 3 come back a third as often";
+    EXPECT_GT(runs->step_us(3, 10), 120 + 80);
 }
 
 TEST(online_budget, a_round_trip_across_thread_counts_is_priced_with_both_switches) {

@@ -220,8 +220,19 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     const bool         pays          = drafting_prevails(n_past, n_equal);
     // Being in the drafting regime (its passes on `t` threads) over being in the plain one, as a cost.
     auto bias = [&](std::int32_t t) { return pays ? -change_us(t, plain_threads) : change_us(plain_threads, t); };
-    const double after = drafting ? bias(threads) : 0.0;
-    const double now   = was ? bias(last_threads_ > 0 ? last_threads_ : threads) : 0.0;
+    // Within the drafting regime the same holds between shapes, as far as it is measured to: a step of another shape
+    // than the one a request drafts most often lately (home) is charged its way back times how often a pass of
+    // another shape was followed by a change (back_rate_), and the way home is credited as much. Where excursions
+    // come back at once (stories260K, two threads, Zen 5: a 3-row step among 2-row ones paid a rebuild each way, ~105
+    // us twice against a 2-row step's 200) that is the whole round trip; where long chains come in runs (the demo
+    // model copying code), less.
+    const std::int32_t from_threads = last_threads_ > 0 ? last_threads_ : threads;
+    auto away = [&](std::int32_t rows, std::int32_t t) {
+        const bool excursion = pays && n_req == 1 && home_rows_ > 1 && rows > 1 && rows != home_rows_;
+        return excursion ? back_rate_ * change_us(threads_of(home_rows_, 1), t) : 0.0;
+    };
+    const double after = (drafting ? bias(threads) : 0.0) + away(n_rows, threads);
+    const double now   = (was ? bias(from_threads) : 0.0) + (last_requests_ == 1 ? away(last_rows_, from_threads) : 0.0);
     return std::max(0.0, change_us(threads, last_threads_) + after - now);  // the caller has seen the shape change
 }
 
@@ -379,6 +390,22 @@ std::int32_t online_budget::draft_nodes_hint() const {
     const double per_node   = t_draft_node_us_ > 0 ? t_draft_node_us_ : 1.0;
     const double affordable = params_.draft_cost_frac * predict_us(1, 0) / per_node;
     return std::clamp(std::max<std::int32_t>(grow, (std::int32_t) std::min(affordable, 1e6)), 1, std::max(1, params_.n_max));
+}
+
+void online_budget::note_drafting_rows(std::int32_t rows) {
+    drafted_rows_[drafted_at_] = rows;
+    drafted_at_                = (drafted_at_ + 1) % k_recent;
+    // The most frequent (ties: the fewer rows) of the last k_recent drafting passes of one request.
+    std::int32_t best = 0, best_n = 0;
+    for (const std::int32_t r : drafted_rows_) {
+        if (r <= 1) continue;
+        const auto n = (std::int32_t) std::count(drafted_rows_.begin(), drafted_rows_.end(), r);
+        if (n > best_n || (n == best_n && r < best)) {
+            best   = r;
+            best_n = n;
+        }
+    }
+    home_rows_ = best;
 }
 
 void online_budget::note_choice(std::int32_t n_nodes) {
@@ -601,6 +628,10 @@ void online_budget::observe_step(const step_report & r) {
             at = n_steps_;
         }
     }
+    if (r.n_requests == 1 && last_requests_ == 1 && last_rows_ > 1 && home_rows_ > 1 && last_rows_ != home_rows_) {
+        back_rate_ = (1 - params_.time_ema) * back_rate_ + params_.time_ema * (r.n_rows != last_rows_ ? 1.0 : 0.0);
+    }
+    if (r.n_requests == 1 && r.n_rows > 1) note_drafting_rows(r.n_rows);
     last_threads_     = r.n_threads;
     last_rows_        = r.n_rows;
     last_requests_    = (std::int32_t) r.n_requests;

@@ -204,6 +204,7 @@ class online_budget final : public budget_policy {
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b) const;
     void  note_choice(std::int32_t n_nodes);
+    void  note_drafting_rows(std::int32_t rows);  // a drafting pass of one request: updates home_rows_
     double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
     std::int32_t recent_choice() const;
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
@@ -246,6 +247,10 @@ class online_budget final : public budget_policy {
     static constexpr std::size_t                k_recent_share = 4;  // of k_recent (see recent_choice())
     std::array<std::int32_t, k_recent>          recent_{};        // most nodes chosen for a request, last steps
     std::size_t                                 recent_at_ = 0;
+    std::array<std::int32_t, k_recent>          drafted_rows_{};  // rows of one request's last drafting passes
+    std::size_t                                 drafted_at_ = 0;
+    std::int32_t                                home_rows_ = 0;   // the most frequent of them (0: none yet)
+    double                                      back_rate_ = 0.5; // EMA: a pass of another shape than home was followed by a change
 };
 
 // Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
