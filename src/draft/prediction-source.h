@@ -34,6 +34,7 @@ namespace rest {
 class prediction_source {
   public:
     static constexpr std::int64_t k_near = 8;
+    static constexpr double       k_prior_hits = 8;  // see conditional_score()
 
     explicit prediction_source(int n_match_max = 32);
     prediction_source(const prediction_source &) = delete;
@@ -51,7 +52,7 @@ class prediction_source {
 
     // The conditional score of a drafted token that follows `run` tokens in a row of the prediction: how often the
     // prediction's expected token was the output's in this request after such a run (runs of 0, 1, 2-3, 4-7, 8-15,
-    // 16+ tokens), shrunk towards its hit rate overall, (hits + 1) / (tokens + 2). An exact prediction earns scores
+    // 16+ tokens), shrunk towards its hit rate overall, (hits + 9) / (tokens + 11): a prior that trusts it. An exact prediction earns scores
     // near 1 within a few tokens; an edited one is trusted along a run and not right after an edit; an unrelated
     // one sinks below the other sources, so its chain does not displace theirs as the best path.
     double conditional_score(std::int64_t run) const;
