@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <memory>
+#include <random>
 
 using namespace rest;
 using namespace rest_test;
@@ -320,6 +321,31 @@ TEST(online_budget, a_change_of_regime_is_charged_on_leaving_the_one_that_prevai
     EXPECT_NEAR(b.step_us(1, 10), 100 + 2 * 80, 100 * 0.05) << "out of drafting: there and back";
     b.observe_step(step_of(1, 100 + 80));
     EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.05) << "back into drafting: paid on the way out";
+}
+
+TEST(online_budget, exploration_costs_at_most_its_share_of_the_time) {
+    // A second row costs 0.9 of a plain step (a 1.1B Q4_0 model on a CPU) and the drafter's first nodes, of scores
+    // spread over every bin, are never right: exploring each thin bin 16 times would verify ~100 rows at a loss. The
+    // rows explored must cost at most 4 plain steps plus 1% of the time decoding took, and some are still explored.
+    const cost_table c = table_of({1, 2, 4, 8}, {100, 190, 370, 730});
+    online_budget    b(c);
+    std::mt19937     rng(5);
+    std::uniform_real_distribution<float> score(0.26f, 0.6f);  // the prior never says one pays
+    int    explored = 0;
+    double t_total  = 0;
+    for (int step = 0; step < 1000; ++step) {
+        const draft_tree t = chain(1, score(rng));
+        const int        n = choose_one(b, t);
+        const double     us = n > 0 ? 190 : 100;
+        if (n > 0) {
+            ++explored;
+            b.observe_acceptance(t, 1, {});
+        }
+        b.observe_step(step_of(1 + n, us, 0, 1, n > 0));
+        t_total += us;
+    }
+    EXPECT_GT(explored, 0);
+    EXPECT_LE(explored, (4 * 100 + 0.01 * t_total) / 90 + 1) << "rows explored at a loss";
 }
 
 TEST(online_budget, an_excursion_from_the_drafting_shape_is_charged_its_way_back_as_often_as_it_comes_back) {

@@ -122,6 +122,18 @@ TEST(PredictionSource, DraftIsTheChainFromTheStart) {
     EXPECT_TRUE(src.draft(8, t).nodes.empty());
 }
 
+TEST(PredictionSource, TrustedUntilItsTokensSayOtherwise) {
+    // A caller's prediction is trusted from its first token (an even prior lost the best path to the datastore's
+    // drafts for an exact prediction's first 6-15 steps), and an unrelated one sinks within a few tokens.
+    const std::vector<token_id> pred = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+    prediction_source           src;
+    src.reset(pred);
+    EXPECT_GT(src.conditional_score(0), 0.8);
+    src.append(std::vector<token_id>{40, 41, 42});  // none of them in the prediction
+    EXPECT_EQ(src.run(), 0);
+    EXPECT_LT(src.conditional_score(src.run()), 0.3);
+}
+
 // The drafter merges the prediction's chain with the context's: a valid tree whose best path is the prediction, with
 // the prediction's source bit, and the prediction ends with the request.
 TEST(PredictionSource, DrafterMergesThePredictionIntoAValidTree) {

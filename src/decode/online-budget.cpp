@@ -33,6 +33,7 @@ constexpr std::size_t k_masks = 16;  // source masks: datastore | context | hist
 
 online_budget::online_budget(cost_table table, online_budget_params params, const budget_state * warm) :
     table_(std::move(table)), params_(params), acceptance_(k_masks * k_bins) {
+    explore_us_ = params_.explore_start_steps * std::max(0.0, table_.predict_us(1, 0));
     if (!warm) return;
     // Draft at full size until the choices say otherwise (see draft_nodes_hint).
     std::fill(recent_.begin(), recent_.begin() + k_recent_share, params_.n_max);
@@ -69,10 +70,13 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
         m.steps    = params_.probe_steps;  // the gain is known: keep checking it from here
         if (plain < spent) {
             // The schedule goes on where the last run left it, so short runs still probe at the bounded rate; a run
-            // that ended in a probe (none left) waits as long as its back-off level says, not one step: otherwise
-            // every short run (a one-shot `rest generate`) would start with a probe at a loss.
+            // that ended drafting (in a probe, or losing within the noise: none left) waits as long as its back-off
+            // level says, not one step: otherwise every short run (a one-shot `rest generate`) would start with a
+            // probe at a loss.
             const std::int32_t left = c < warm->off_left.size() ? warm->off_left[c] : 0;
-            m.off_left = std::min(params_.off_max, left > 0 ? left : params_.off_min << m.n_off);
+            const std::int64_t wait = (std::int64_t) params_.off_min << m.n_off;
+            m.off_left = left > 0 ? std::min(left, params_.off_max)
+                                  : (std::int32_t) std::min<std::int64_t>(params_.off_max, wait);
         }
     }
 }
@@ -211,8 +215,8 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // Drafting prevails where it was measured to pay (drafting_pays()), or, until drafting is measured to lose, where
     // the cheapest drafting pass costs no more than a plain one whatever its nodes are worth (a single row on two
     // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two
-    // drafting shapes this charges the change itself plus the difference of their ways back (which differ only when
-    // their thread counts do).
+    // drafting shapes this charges the change itself plus the difference of their ways back (which differ when
+    // their thread counts do, and for an excursion from the home shape: below).
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
     const bool         drafting = n_rows > (std::int32_t) n_req;
     const bool         was      = last_rows_ > last_requests_;  // the last pass drafted (0 rows: another pass)
@@ -336,6 +340,7 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
         m.steps   = 0;  // a probe: measure the gain afresh
         m.var_steps = 0;
         m.t_plain = m.t_spent = 0;
+        m.exit_us = 0;
     }
     return false;
 }
@@ -349,6 +354,7 @@ void online_budget::observe_request(bool predicted) {
             m.steps    = 0;
             m.var_steps = 0;
             m.t_plain = m.t_spent = 0;
+            m.exit_us = 0;
         }
     }
 }
@@ -393,19 +399,26 @@ std::int32_t online_budget::draft_nodes_hint() const {
 }
 
 void online_budget::note_drafting_rows(std::int32_t rows) {
+    // The most frequent (ties: the fewer rows) of the last k_recent drafting passes of one request, with a count per
+    // row number (the largest ones share a count: they are never home on a CPU, where this matters).
+    auto slot = [](std::int32_t r) { return (std::size_t) std::clamp(r, 0, (std::int32_t) k_rows_counted - 1); };
+    const std::int32_t old = drafted_rows_[drafted_at_];
+    if (old > 1) --rows_count_[slot(old)];
     drafted_rows_[drafted_at_] = rows;
     drafted_at_                = (drafted_at_ + 1) % k_recent;
-    // The most frequent (ties: the fewer rows) of the last k_recent drafting passes of one request.
-    std::int32_t best = 0, best_n = 0;
-    for (const std::int32_t r : drafted_rows_) {
-        if (r <= 1) continue;
-        const auto n = (std::int32_t) std::count(drafted_rows_.begin(), drafted_rows_.end(), r);
-        if (n > best_n || (n == best_n && r < best)) {
-            best   = r;
-            best_n = n;
-        }
+    ++rows_count_[slot(rows)];
+    auto better = [&](std::int32_t a, std::int32_t b) {  // a is home rather than b
+        const auto na = rows_count_[slot(a)], nb = rows_count_[slot(b)];
+        return b <= 1 || na > nb || (na == nb && a < b);
+    };
+    if (old != home_rows_ || old == rows) {
+        if (better(rows, home_rows_)) home_rows_ = rows;
+        return;
     }
-    home_rows_ = best;
+    home_rows_ = 0;  // home lost a pass: the ring's entries are the only candidates
+    for (const std::int32_t r : drafted_rows_) {
+        if (r > 1 && better(r, home_rows_)) home_rows_ = r;
+    }
 }
 
 void online_budget::note_choice(std::int32_t n_nodes) {
@@ -441,9 +454,12 @@ const online_budget::batch & online_budget::prepare(std::span<const budget_query
     return b;
 }
 
-std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const budget_query> qs, const batch & b) const {
-    // One request explores per step (the one with the most promising first node), one node, while its bin is thin.
+std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const budget_query> qs, const batch & b,
+                                                                double extra_us) const {
+    // One request explores per step (the one with the most promising first node), one node, while its bin is thin
+    // and the budget covers it.
     const size_t nq = qs.size();
+    if (!(explore_us_ >= std::max(0.0, extra_us))) return {nq, 0};
     size_t       ex = nq;
     for (size_t i = 0; i < nq; ++i) {
         if (b.lim[i] > 0 && qs[i].tree->scores[0] >= params_.explore_min_score &&
@@ -477,10 +493,12 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     // highest calibrated probability, and remember the configuration worth() most.
     // The pass's sequences are counted along (a node adds one unless its parent was a leaf; padding continues the
     // last node, a leaf), so that a change of tree shape is priced like a change of rows.
-    std::int32_t rows      = (std::int32_t) nq;
-    std::int32_t seqs      = (std::int32_t) nq;
+    const std::int32_t rows_plain = (std::int32_t) nq, seqs_plain = (std::int32_t) nq;
+    const double       plain_us   = step_us(rows_plain, b.n_past, 1, seqs_plain);
+    std::int32_t rows      = rows_plain;
+    std::int32_t seqs      = seqs_plain;
     double       expected  = (double) nq;
-    double       best_rate = worth(expected, step_us(rows, b.n_past, 1, seqs));
+    double       best_rate = worth(expected, plain_us);
     bool         pays      = false;
     scratch_.has_child.resize(nq);
     for (size_t i = 0; i < nq; ++i) scratch_.has_child[i].assign(b.lim[i] + 1, 0);
@@ -510,8 +528,12 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         }
     }
     if (!pays) {
-        const auto [ex, k] = exploration(qs, b);
-        if (ex < nq) n_out[ex] = k;
+        const double extra  = drafting_step_us(rows_plain + 1, b.n_past, 1, seqs_plain) - plain_us;
+        const auto [ex, k] = exploration(qs, b, extra);
+        if (ex < nq) {
+            n_out[ex] = k;
+            explore_us_ -= std::max(0.0, extra);
+        }
     }
     note_choice(*std::max_element(n_out.begin(), n_out.end()));
 }
@@ -538,7 +560,12 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
             k_best    = (std::int32_t) k;
         }
     }
-    if (k_best == 0) k_best = exploration(qs, b).second;
+    if (k_best == 0) {
+        const double extra = drafting_step_us(2 * (std::int32_t) nq, b.n_past, nq, (std::int32_t) nq) -
+                             step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
+        k_best = exploration(qs, b, extra).second;
+        if (k_best > 0) explore_us_ -= std::max(0.0, extra);
+    }
     note_choice(k_best);
     return k_best;
 }
@@ -613,7 +640,8 @@ void online_budget::observe_step(const step_report & r) {
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
     const double change = same ? 0.0 : change_us(r.n_threads, last_threads_);  // before last_threads_ moves on
-    const bool   left_drafting = !same && last_rows_ > last_requests_ && last_requests_ > 0;  // the last pass drafted
+    // The last pass drafted, over the same requests (a batch that shrank changes shape whether drafting or not).
+    const bool   left_drafting = !same && last_rows_ > last_requests_ && last_requests_ == (std::int32_t) r.n_requests;
     // A process's first pass pays for cold caches and llama.cpp's first graph of its shape (453 us where stories260K's
     // steady 1-row pass takes 120 on one thread): it says nothing about the machine's load or plain's cost from then
     // on, and as the first plain figure it would set what drafting is compared against for dozens of steps.
@@ -637,7 +665,11 @@ void online_budget::observe_step(const step_report & r) {
     last_requests_    = (std::int32_t) r.n_requests;
     last_equal_       = r.n_equal;
     last_seqs_        = r.n_seqs;
-    if (cold) return;
+    if (cold) {
+        drafted_before_ = drafted_before_ || r.t_draft_us > 0;  // a first draft with it counts as the cold one too
+        return;
+    }
+    explore_us_ += params_.explore_cost_frac * (r.t_pass_us + r.t_draft_us);
     const double base = prior_us(r.n_rows, r.n_past, r.n_equal);
     const double t    = r.t_pass_us;
     const std::int32_t extra = extra_seqs(r.n_equal, r.n_seqs);
@@ -679,7 +711,7 @@ void online_budget::observe_step(const step_report & r) {
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
-        if (!r.drafted && left_drafting) m.exit_us += change;  // see mode::exit_us
+        if (!r.drafted && left_drafting) m.exit_us = change;  // see mode::exit_us
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
         // As a ratio to the start-up time at this context length, so that it holds at another (attention grows).
         const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);

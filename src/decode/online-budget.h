@@ -9,7 +9,8 @@
 //    shapes on its thread count, so one stale reading cannot keep a length switched off; and what a change of shape
 //    adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned from the passes that changed;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
-//    over the time they took (drafting included), both means of measured steps. This is the check the others answer
+//    over the time they took (drafting included, and the graph rebuild of the plain pass that ends a drafting run;
+//    a process's first pass, cold, is not measured), both means of measured steps. This is the check the others answer
 //    to: the per-step choice maximises the first two's expected tokens net of their time at the rate decoding runs
 //    at (see worth()), and where drafting loses by more than the
 //    steps' spread explains, it is switched off and probed again after 8, 16, ... off_max plain steps.
@@ -50,9 +51,13 @@ struct online_budget_params {
     std::int32_t off_max = 1024;        // ... up to this many (probes then cost < 1% where drafts never pay)
     // Exploration: a first node whose bin has fewer than explore_obs observations is verified even when the
     // estimate says it does not pay, if its drafter score is at least explore_min_score, so a pessimistic prior
-    // can recover. Bounded: at most explore_obs such rows per bin, ever.
+    // can recover. Bounded: at most explore_obs such rows per bin, ever, and what they cost beyond a plain step at
+    // most explore_cost_frac of the time decoding took plus explore_start_steps plain steps' worth (on a CPU a 1.1B
+    // Q4_0 model's second row costs 0.9 of a plain step: 37 such rows took 6% of an 8 x 64-token bench).
     float        explore_min_score = 0.25f;
     std::int32_t explore_obs = 16;
+    double       explore_cost_frac = 0.01;
+    double       explore_start_steps = 4;
 };
 
 class online_budget final : public budget_policy {
@@ -202,7 +207,9 @@ class online_budget final : public budget_policy {
     const batch & prepare(std::span<const budget_query> qs);  // into scratch_
     void fill_path_probabilities(const draft_tree & t, std::vector<double> & out) const;
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
-    std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b) const;
+    // extra_us: what the exploring pass costs beyond the plain one (the exploration budget must cover it).
+    std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b,
+                                                     double extra_us) const;
     void  note_choice(std::int32_t n_nodes);
     void  note_drafting_rows(std::int32_t rows);  // a drafting pass of one request: updates home_rows_
     double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
@@ -250,7 +257,11 @@ class online_budget final : public budget_policy {
     std::array<std::int32_t, k_recent>          drafted_rows_{};  // rows of one request's last drafting passes
     std::size_t                                 drafted_at_ = 0;
     std::int32_t                                home_rows_ = 0;   // the most frequent of them (0: none yet)
-    double                                      back_rate_ = 0.5; // EMA: a pass of another shape than home was followed by a change
+    static constexpr std::size_t                k_rows_counted = 256;
+    std::array<std::uint8_t, k_rows_counted>    rows_count_{};    // drafted_rows_ per row number
+    double                                      back_rate_ = 0.5; // EMA: a pass not of home's shape was followed by
+                                                                  // a change
+    double                                      explore_us_ = 0;  // exploration budget left (see explore_cost_frac)
 };
 
 // Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
