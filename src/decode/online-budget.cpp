@@ -594,7 +594,7 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
     }
 }
 
-void online_budget::update_gain(const step_report & r, double change) {
+void online_budget::update_gain(const step_report & r, bool same) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
     // per request. Like with like, both sides are means of measured steps (plain steps are measured every
@@ -613,11 +613,13 @@ void online_budget::update_gain(const step_report & r, double change) {
     m.measured     = true;
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
     const double plain = per_token * (double) r.n_tokens;
-    // A step whose choice verified nothing ran a plain pass: what it cost beyond plain decoding is exactly its drafting
-    // time and any change of shape, not its pass's noise (a one-row stories260K pass varies by tens of microseconds
-    // while 12-18 us of drafting, repeated every step, stayed under the noise bound: 0.88x of plain in one-shot runs).
-    const bool   nothing = r.n_rows == (std::int32_t) r.n_requests;
-    const double spent   = (nothing ? plain + change : r.t_pass_us) + r.t_draft_us + m.exit_us;
+    // A step whose choice verified nothing, after a pass of its shape, ran a steady plain pass: what it cost beyond
+    // plain decoding is exactly its drafting time, not its pass's noise (a one-row stories260K pass varies by tens of
+    // microseconds while 12-18 us of drafting, repeated every step, stayed under the noise bound: 0.88x of plain in
+    // one-shot runs). After another shape it paid a rebuild too, which the pass's own time measures (a learned
+    // estimate of it, charged instead, switched a TinyLlama-shaped model's paying trees off).
+    const bool   steady_plain = r.n_rows == (std::int32_t) r.n_requests && same;
+    const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;
     // The spread of a step's loss (spent - plain) next to its mean: the EMA's variance, same weights.
     const double loss  = spent - plain, delta = loss - (m.t_spent - m.t_plain);
@@ -742,7 +744,7 @@ void online_budget::observe_step(const step_report & r) {
         const double per = r.t_draft_us / (double) std::max(1, r.n_asked);
         t_draft_node_us_ = t_draft_node_us_ == 0 ? per : 0.9 * t_draft_node_us_ + 0.1 * per;
     }
-    if (r.drafted && r.n_requests > 0) update_gain(r, change);
+    if (r.drafted && r.n_requests > 0) update_gain(r, same);
 }
 
 budget_state online_budget::export_state() const {

@@ -215,7 +215,7 @@ class online_budget final : public budget_policy {
     double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
     std::int32_t recent_choice() const;
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
-    void  update_gain(const step_report & r, double change);  // change: the learned cost of its change of shape
+    void  update_gain(const step_report & r, bool same);  // same: the pass had the last pass's shape
 
     cost_table                                  table_;
     online_budget_params                        params_;
