@@ -186,13 +186,17 @@ TEST(online_budget_run, a_warm_start_drafts_from_the_first_steps) {
     EXPECT_LT(second.nodes.size(), first.nodes.size()) << "the warm run needs fewer steps";
 }
 
-TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
-    auto        linear = [](int rows, int) { return 100.0 * rows; };
-    budget_spec spec;
+// Rows as dear as plain steps and drafts right 30% of the time: the state a run where drafting did not pay saves.
+budget_state state_where_drafting_lost(budget_spec & spec) {
     spec.costs = table_of({1, 2, 4, 8, 16}, {100, 200, 400, 800, 1600});
     auto cold  = make_budget_policy(spec);
-    run_timed(*cold, linear, 1000, 0.3);
-    const budget_state learned = cold->export_state();
+    run_timed(*cold, [](int rows, int) { return 100.0 * rows; }, 1000, 0.3);
+    return cold->export_state();
+}
+
+TEST(online_budget_run, a_warm_start_where_drafting_did_not_pay_starts_plain) {
+    budget_spec        spec;
+    const budget_state learned = state_where_drafting_lost(spec);
     ASSERT_FALSE(learned.plain_us.empty());
     EXPECT_LT(learned.plain_us[0], learned.spent_us[0]) << "drafting did not pay";
     spec.warm = &learned;
@@ -225,12 +229,8 @@ TEST(online_budget_run, a_class_never_measured_starts_from_its_nearest_finished_
 TEST(online_budget_run, a_warm_start_that_ended_in_a_probe_waits_its_back_off) {
     // A short run (a one-shot `rest generate`) that ended while probing saves no plain steps left. The next run must
     // not probe again at once: it waits as many plain steps as the back-off level says (off_min << n_off).
-    auto        linear = [](int rows, int) { return 100.0 * rows; };
-    budget_spec spec;
-    spec.costs = table_of({1, 2, 4, 8, 16}, {100, 200, 400, 800, 1600});
-    auto cold  = make_budget_policy(spec);
-    run_timed(*cold, linear, 1000, 0.3);
-    budget_state learned = cold->export_state();
+    budget_spec  spec;
+    budget_state learned = state_where_drafting_lost(spec);
     ASSERT_LT(learned.plain_us[0], learned.spent_us[0]) << "drafting did not pay";
     learned.off_left[0] = 0;  // the run ended in a probe
     learned.n_off[0]    = 3;
