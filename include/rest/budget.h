@@ -62,7 +62,8 @@ struct budget_state {
     double t_draft_node_us = 0;   // ... per node asked for
     // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests; then the same for passes with a prediction), of
     // drafting steps: the realised gain's two sides
-    // (EMAs per step of what plain decoding would have taken for the tokens emitted, and of the time taken; 0:
+    // (EMAs per step of what plain decoding would have taken for the tokens emitted, and of the time taken, a
+    // steady plain step's as plain's estimate plus its drafting time; 0:
     // never measured), the back-off level of the probes, and the plain steps left before the next probe.
     std::vector<double>       plain_us;
     std::vector<double>       spent_us;

@@ -597,10 +597,10 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
 void online_budget::update_gain(const step_report & r, bool same) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
-    // per request. Like with like, both sides are means of measured steps (plain steps are measured every
-    // plain_interval()): a shape's median, which the per-step choice prices, leaves out the steps the OS preempted,
-    // and on a busy machine a pass on more threads is preempted more often (the mean of a 2-thread plain pass was 4x
-    // its median there, a 1-thread drafting pass's 2x).
+    // per request. Like with like, both sides are means of measured steps (but see steady_plain below; plain steps
+    // are measured every plain_interval()): a shape's median, which the per-step choice prices, leaves out the steps
+    // the OS preempted, and on a busy machine a pass on more threads is preempted more often (the mean of a 2-thread
+    // plain pass was 4x its median there, a 1-thread drafting pass's 2x).
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
     // Until a plain step is measured, the estimate of the first drafting step, frozen: the shared ratio that
     // unmeasured shapes fade to moves with the drafting passes, and plain's side must not move with what it is
@@ -614,10 +614,11 @@ void online_budget::update_gain(const step_report & r, bool same) {
     const double w = std::max(params_.gain_ema, 1.0 / m.steps);  // a plain mean over a probe's first steps
     const double plain = per_token * (double) r.n_tokens;
     // A step whose choice verified nothing, after a pass of its shape, ran a steady plain pass: what it cost beyond
-    // plain decoding is exactly its drafting time, not its pass's noise (a one-row stories260K pass varies by tens of
-    // microseconds while 12-18 us of drafting, repeated every step, stayed under the noise bound: 0.88x of plain in
-    // one-shot runs). After another shape it paid a rebuild too, which the pass's own time measures (a learned
-    // estimate of it, charged instead, switched a TinyLlama-shaped model's paying trees off).
+    // plain decoding is exactly its drafting time (and the exit charge), not its pass's noise (a one-row stories260K
+    // pass varies by tens of microseconds while 12-18 us of drafting, repeated every step, stayed under the noise
+    // bound: 0.88x of plain in one-shot runs). After another shape it paid a rebuild too, which the pass's own time
+    // measures (a learned estimate of it, charged instead, switched a TinyLlama-shaped model's paying trees off).
+    // (The choice's own time is on neither side: it runs before the pass's clock starts.)
     const bool   steady_plain = r.n_rows == (std::int32_t) r.n_requests && same;
     const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;

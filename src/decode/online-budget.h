@@ -10,7 +10,8 @@
 //    adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned from the passes that changed;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included, and the graph rebuild of the plain pass that ends a drafting run;
-//    a process's first pass, cold, is not measured), both means of measured steps. This is the check the others answer
+//    a process's first pass, cold, is not measured), both means of measured steps, except that a steady plain step
+//    of the drafting regime is charged plain's estimate plus its drafting time. This is the check the others answer
 //    to: the per-step choice maximises the first two's expected tokens net of their time at the rate decoding runs
 //    at (see worth()), and where drafting loses by more than the
 //    steps' spread explains, it is switched off and probed again after 8, 16, ... off_max plain steps.
@@ -121,7 +122,7 @@ class online_budget final : public budget_policy {
     // Per batch-size class: the realised gain and the off/probe schedule.
     struct mode {
         double       t_plain = 0;   // EMA: what plain decoding would have taken for the tokens emitted
-        double       t_spent = 0;   // EMA: what the drafting steps took
+        double       t_spent = 0;   // EMA: what the drafting steps took (see update_gain())
         std::int32_t steps = 0;     // drafting steps since drafting was (re)switched on
         std::int32_t off_left = 0;  // plain steps left before the next probe
         std::int32_t n_off = 0;     // probes in a row that did not pay
