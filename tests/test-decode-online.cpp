@@ -270,15 +270,24 @@ TEST(online_budget, drafting_that_is_never_used_is_switched_off_through_noisy_pa
     EXPECT_LT(step, 100);
 }
 
+// Rows at 100 us each and a 100 us graph rebuild per change of shape; a policy past its cold first pass and 30 plain
+// steps.
+cost_table rebuild_table() {
+    cost_table c = table_of({1, 2, 4}, {100, 200, 400}, 0);
+    c.rebuild_us = 100;
+    return c;
+}
+void plain_steps(online_budget & b) {
+    b.observe_step(step_of(1, 100));  // the cold first pass
+    for (int k = 0; k < 30; ++k) b.observe_step(step_of(1, 100));
+}
+
 TEST(online_budget, a_plain_step_after_another_shape_keeps_its_measured_rebuild) {
     // Drafting 2-row steps (300 us with the rebuild into them, 2 tokens) alternate with drafted steps whose choice
     // verified nothing (200 us: a 100 us rebuild back to one row). Only steady plain steps are charged plain's
     // estimate: these paid a rebuild that drafting caused, and the gain must keep it (0.6; 0.75 without it).
-    cost_table c = table_of({1, 2, 4}, {100, 200, 400}, 0);
-    c.rebuild_us = 100;
-    online_budget b(c, no_exploration());
-    b.observe_step(step_of(1, 100));  // the cold first pass
-    for (int k = 0; k < 30; ++k) b.observe_step(step_of(1, 100));
+    online_budget b(rebuild_table(), no_exploration());
+    plain_steps(b);
     for (int k = 0; k < 40; ++k) {
         b.observe_step(step_of(2, 300, 0, 2, true));
         b.observe_step(step_of(1, 200, 0, 1, true));
@@ -290,11 +299,8 @@ TEST(online_budget, the_plain_pass_that_ends_a_drafting_run_is_charged_to_drafti
     // Runs of 4 drafting steps (2 rows, 2 tokens, 170 us against plain's 2 x 100; the first pays a 100 us graph
     // rebuild) and a plain pass after each, which pays the rebuild back. Drafting with its way in is a 2.5% gain (780
     // us against 800 per run); with its way out too, a 10% loss: the realised gain must say so.
-    cost_table c = table_of({1, 2, 4}, {100, 200, 400}, 0);
-    c.rebuild_us = 100;
-    online_budget b(c, no_exploration());
-    b.observe_step(step_of(1, 100));  // the cold first pass
-    for (int k = 0; k < 30; ++k) b.observe_step(step_of(1, 100));
+    online_budget b(rebuild_table(), no_exploration());
+    plain_steps(b);
     for (int run = 0; run < 60; ++run) {
         for (int i = 0; i < 4; ++i) b.observe_step(step_of(2, 170 + (i == 0 ? 100 : 0), 0, 2, true));
         b.observe_step(step_of(1, 100 + 100));
