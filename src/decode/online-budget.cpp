@@ -402,22 +402,15 @@ void online_budget::note_drafting_rows(std::int32_t rows) {
     // The most frequent (ties: the fewer rows) of the last k_recent drafting passes of one request, with a count per
     // row number (the largest ones share a count: they are never home on a CPU, where this matters).
     auto slot = [](std::int32_t r) { return (std::size_t) std::clamp(r, 0, (std::int32_t) k_rows_counted - 1); };
-    const std::int32_t old = drafted_rows_[drafted_at_];
-    if (old > 1) --rows_count_[slot(old)];
+    if (const std::int32_t old = drafted_rows_[drafted_at_]; old > 1) --rows_count_[slot(old)];
     drafted_rows_[drafted_at_] = rows;
     drafted_at_                = (drafted_at_ + 1) % k_recent;
     ++rows_count_[slot(rows)];
-    auto better = [&](std::int32_t a, std::int32_t b) {  // a is home rather than b
-        const auto na = rows_count_[slot(a)], nb = rows_count_[slot(b)];
-        return b <= 1 || na > nb || (na == nb && a < b);
-    };
-    if (old != home_rows_ || old == rows) {
-        if (better(rows, home_rows_)) home_rows_ = rows;
-        return;
-    }
-    home_rows_ = 0;  // home lost a pass: the ring's entries are the only candidates
+    home_rows_ = 0;
     for (const std::int32_t r : drafted_rows_) {
-        if (r > 1 && better(r, home_rows_)) home_rows_ = r;
+        if (r <= 1) continue;
+        const int n = rows_count_[slot(r)], n_home = home_rows_ > 1 ? rows_count_[slot(home_rows_)] : 0;
+        if (n > n_home || (n == n_home && r < home_rows_)) home_rows_ = r;
     }
 }
 
@@ -455,11 +448,12 @@ const online_budget::batch & online_budget::prepare(std::span<const budget_query
 }
 
 std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const budget_query> qs, const batch & b,
-                                                                double extra_us) const {
+                                                                double extra_us) {
     // One request explores per step (the one with the most promising first node), one node, while its bin is thin
-    // and the budget covers it.
+    // and the budget covers it (what it takes from the budget).
     const size_t nq = qs.size();
-    if (!(explore_us_ >= std::max(0.0, extra_us))) return {nq, 0};
+    extra_us        = std::max(0.0, extra_us);
+    if (!(explore_us_ >= extra_us)) return {nq, 0};
     size_t       ex = nq;
     for (size_t i = 0; i < nq; ++i) {
         if (b.lim[i] > 0 && qs[i].tree->scores[0] >= params_.explore_min_score &&
@@ -470,6 +464,7 @@ std::pair<std::size_t, std::int32_t> online_budget::exploration(std::span<const 
     if (ex == nq) return {nq, 0};
     const draft_tree & t = *qs[ex].tree;
     if (bin_of((float) conditional_score(t, 0), t.sources[0]).n >= params_.explore_obs) return {nq, 0};
+    explore_us_ -= extra_us;
     return {ex, 1};
 }
 
@@ -528,12 +523,9 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         }
     }
     if (!pays) {
-        const double extra  = drafting_step_us(rows_plain + 1, b.n_past, 1, seqs_plain) - plain_us;
-        const auto [ex, k] = exploration(qs, b, extra);
-        if (ex < nq) {
-            n_out[ex] = k;
-            explore_us_ -= std::max(0.0, extra);
-        }
+        const double explore_us = drafting_step_us(rows_plain + 1, b.n_past, 1, seqs_plain);
+        const auto [ex, k]      = exploration(qs, b, explore_us - plain_us);
+        if (ex < nq) n_out[ex] = k;
     }
     note_choice(*std::max_element(n_out.begin(), n_out.end()));
 }
@@ -546,7 +538,8 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
     // decoder pads all of them, those without a draft too, since llama.cpp would otherwise split the batch into one
     // pass per distinct row count.
     double       expected  = (double) nq;
-    double       best_rate = worth(expected, step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq));
+    const double plain_us  = step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
+    double       best_rate = worth(expected, plain_us);
     std::int32_t k_best    = 0;
     for (size_t k = 1; k <= b.pad_max; ++k) {
         std::int32_t rows = 0;
@@ -561,10 +554,8 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
         }
     }
     if (k_best == 0) {
-        const double extra = drafting_step_us(2 * (std::int32_t) nq, b.n_past, nq, (std::int32_t) nq) -
-                             step_us((std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
-        k_best = exploration(qs, b, extra).second;
-        if (k_best > 0) explore_us_ -= std::max(0.0, extra);
+        const double explore_us = drafting_step_us(2 * (std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
+        k_best                  = exploration(qs, b, explore_us - plain_us).second;
     }
     note_choice(k_best);
     return k_best;

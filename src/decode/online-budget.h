@@ -210,7 +210,7 @@ class online_budget final : public budget_policy {
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
     // extra_us: what the exploring pass costs beyond the plain one (the exploration budget must cover it).
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b,
-                                                     double extra_us) const;
+                                                     double extra_us);
     void  note_choice(std::int32_t n_nodes);
     void  note_drafting_rows(std::int32_t rows);  // a drafting pass of one request: updates home_rows_
     double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
