@@ -282,6 +282,21 @@ void plain_steps(online_budget & b) {
     for (int k = 0; k < 30; ++k) b.observe_step(step_of(1, 100));
 }
 
+TEST(online_budget, a_run_that_ends_as_a_probe_begins_still_saves_that_drafting_lost) {
+    // Drafting loses (2 tokens in 300 us against plain's 100 per token) and is switched off; the run ends at the step
+    // its next probe begins. The state it saves must still say drafting lost (it said 0 / 0, unmeasured, and the next
+    // run drafted from its first step).
+    online_budget b(rebuild_table(), no_exploration());
+    plain_steps(b);
+    for (int k = 0; k < 100 && !b.drafting_off(1); ++k) b.observe_step(step_of(2, 300, 0, 2, true));
+    ASSERT_TRUE(b.drafting_off(1));
+    int guard = 0;
+    while (!b.want_draft(1, false) && ++guard < 10000) b.observe_step(step_of(1, 100));
+    const budget_state saved = b.export_state();
+    EXPECT_GT(saved.plain_us[0], 0);
+    EXPECT_LT(saved.plain_us[0], saved.spent_us[0]);
+}
+
 TEST(online_budget, a_plain_step_after_another_shape_keeps_its_measured_rebuild) {
     // Drafting 2-row steps (300 us with the rebuild into them, 2 tokens) alternate with drafted steps whose choice
     // verified nothing (200 us: a 100 us rebuild back to one row). Only steady plain steps are charged plain's

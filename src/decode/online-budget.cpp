@@ -337,10 +337,11 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
         return false;
     }
     if (--m.off_left == 0) {
-        m.steps   = 0;  // a probe: measure the gain afresh
+        // A probe: measure the gain afresh. Its first step overwrites the EMAs (weight 1 / steps); until then they
+        // keep saying what the last probe found, so a run that ends here still saves that drafting lost.
+        m.steps     = 0;
         m.var_steps = 0;
-        m.t_plain = m.t_spent = 0;
-        m.exit_us = 0;
+        m.exit_us   = 0;
     }
     return false;
 }
@@ -351,10 +352,9 @@ void online_budget::observe_request(bool predicted) {
         mode & m = mode_[c];
         if (m.off_left > 0) {
             m.off_left = 0;  // a probe: measure this prediction's gain (the back-off level stays)
-            m.steps    = 0;
+            m.steps     = 0;  // (the EMAs as in want_draft())
             m.var_steps = 0;
-            m.t_plain = m.t_spent = 0;
-            m.exit_us = 0;
+            m.exit_us   = 0;
         }
     }
 }
