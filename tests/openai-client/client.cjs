@@ -56,6 +56,14 @@ async function predictedOutputs(client, model) {
     assert.equal(chat.choices[0].message.content, answer);
     const cd = chat.usage.completion_tokens_details;
     assert.ok(cd.accepted_prediction_tokens > 0, JSON.stringify(chat.usage));
+    // The same request through `rest generate`: the prompt the chat renders to (special tokens parsed, BOS added,
+    // as the server tokenizes it) and the joined parts as the prediction file.
+    const rendered = await post('/apply-template', { messages });
+    assert.equal(rendered.status, 200, JSON.stringify(rendered.json));
+    const gc = await generateCounters(rendered.json.prompt, 32, answer);
+    assert.equal(gc.text.trimStart(), answer.trimStart());  // whole-output detokenization drops the first token's leading space
+    assert.equal(cd.accepted_prediction_tokens, gc.accepted, 'chat accepted_prediction_tokens differs from rest generate');
+    assert.equal(cd.rejected_prediction_tokens, gc.rejected, 'chat rejected_prediction_tokens differs from rest generate');
     let chatText = '';
     let chatUsage = null;
     for await (const chunk of await client.chat.completions.create({
@@ -74,7 +82,7 @@ async function predictedOutputs(client, model) {
                          (e) => e.status === 400 && /prediction\.content/.test(e.message));
     await assert.rejects(client.completions.create({ model, prompt, prediction: { type: 'content', content: 'x '.repeat(5000) } }),
                          (e) => e.status === 400 && /prediction\.content/.test(e.message));
-    return `prediction: ${d.accepted_prediction_tokens} accepted, ${d.rejected_prediction_tokens} rejected (= rest generate)`;
+    return `prediction: ${d.accepted_prediction_tokens} accepted, ${d.rejected_prediction_tokens} rejected; chat ${cd.accepted_prediction_tokens} / ${cd.rejected_prediction_tokens} (= rest generate)`;
 }
 
 // Streamed log probabilities as the SDK hands them out: each chunk's choice.logprobs joined equals the response's
