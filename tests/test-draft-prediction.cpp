@@ -160,3 +160,44 @@ TEST(PredictionSource, DrafterMergesThePredictionIntoAValidTree) {
     d.reset(prompt);
     EXPECT_FALSE(d.has_prediction()) << "reset() clears the prediction";
 }
+
+// A chain that follows the prediction goes on along it beyond what the hint (want) asks of the tree, to
+// min(cap, room, n_budget_max, k_chain_nodes_max), with non-increasing scores whose conditionals are the prediction's; a chain that
+// left the prediction is not extended.
+TEST(PredictionSource, ChainFollowingThePredictionGoesOnAlongIt) {
+    drafter_params p;
+    p.use_datastore = p.use_history = false;
+    p.n_budget_max                  = 24;
+    drafter d(nullptr, nullptr, p);
+    std::vector<token_id> pred;
+    for (int i = 0; i < 40; ++i) pred.push_back(100 + i);
+    d.reset(std::vector<token_id>{1, 2, 3});
+    d.set_prediction(pred);
+    d.accept(std::vector<token_id>{100, 101});
+    const draft_tree c = d.draft_chain(64, 1, 1000, 0.0f);  // want 1: the tree alone gives chain_tree_nodes(1) = 4
+    EXPECT_EQ(c.check_integrity(), "");
+    ASSERT_EQ(c.size(), 24u) << "cut at n_budget_max";
+    for (std::size_t i = 0; i < c.size(); ++i) {
+        EXPECT_EQ(c.tokens[i], 102 + (token_id) i);
+        EXPECT_EQ(c.parents[i], (std::int32_t) i - 1);
+    }
+    EXPECT_NEAR(c.scores[5] / c.scores[4], 1.0, 0.3);  // the prediction's conditional, not a cut
+    EXPECT_EQ(d.draft_chain(10, 1, 1000, 0.0f).size(), 10u) << "cut at cap";
+    drafter_params q = p;
+    q.n_budget_max   = 64;
+    drafter g(nullptr, nullptr, q);
+    g.reset(std::vector<token_id>{1, 2, 3});
+    g.set_prediction(pred);
+    EXPECT_EQ(g.draft_chain(64, 1, 1000, 0.0f).size(), (std::size_t) k_chain_nodes_max) << "a chain stays under 64 rows";
+    EXPECT_EQ(d.draft_chain(64, 1, 7, 0.0f).size(), 7u) << "cut at the room left";
+
+    // The context says 5 follows 4 (twice); the prediction is unrelated and wrong so far: the best path leaves it.
+    drafter e(nullptr, nullptr, p);
+    e.reset(std::vector<token_id>{4, 5, 6, 4, 5, 6, 4});
+    e.set_prediction(std::vector<token_id>{50, 51, 52, 53, 54, 55, 56, 57, 58, 59});
+    e.accept(std::vector<token_id>{5, 6, 4});  // three misses: the prediction's scores sink
+    const draft_tree f = e.draft_chain(64, 1, 1000, 0.0f);
+    ASSERT_FALSE(f.empty());
+    EXPECT_EQ(f.tokens[0], 5);
+    EXPECT_LE(f.size(), 4u) << "a chain that left the prediction is not extended";
+}

@@ -36,8 +36,11 @@ class draft_provider {
 // nodes. The tree has chain_tree_nodes(want, room) nodes: 4x the nodes the budget policy may take (want), at most 32
 // (paths as deep as drafts go, continuations being ~10 tokens, at a fraction of a 64-node tree's drafting time,
 // which matters when a step is 0.2 ms) and at most the context room.
+// The most nodes a chain verifies: a pass of 64 rows or more takes another kernel than a single-row decode (a tiled
+// one with an f16 KV cache on a CPU), so longer chains would not be bit-exact on quantized models (README, Exactness).
+constexpr std::int32_t k_chain_nodes_max = 32;
 inline std::int32_t chain_tree_nodes(std::int32_t want, std::int32_t room) {
-    return std::min({room, 4 * want, 32});
+    return std::min({room, 4 * want, k_chain_nodes_max});
 }
 
 inline draft_tree draft_provider::draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) {

@@ -113,8 +113,10 @@ class drafter final : public draft_provider {
     // specific evidence on an unrelated datastore (HumanEval with the standard library), the datastore on one that
     // holds near-copies of what is written. Candidates: each source's most frequent continuation (every back-off
     // level's). A node's score is the product of the estimates along the chain. It stops before a node scored
-    // below score_min (the first node is kept), where no source continues, or at min(cap, room, 2 * want) nodes. With a prediction, or
+    // below score_min (the first node is kept), where no source continues, or at min(cap, room, 2 * want) nodes. With
     // chain_grow off: the default (the best path of a tree).
+    // With a prediction, the best path of a tree; where that path follows the prediction, it goes on along it to
+    // min(cap, room, n_budget_max, k_chain_nodes_max) nodes (extend_along_prediction()).
     draft_tree draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min) override;
     // The stats of the last draft() call.
     const draft_stats & last_stats() const;
@@ -124,6 +126,8 @@ class drafter final : public draft_provider {
     std::span<const token_id> context() const;
 
   private:
+    // Appends to a chain that is a prefix of the prediction's draft the prediction's next tokens, up to n_max nodes.
+    void extend_along_prediction(draft_tree & chain, std::int32_t n_max);
     struct impl;
     std::unique_ptr<impl> impl_;
 };

@@ -242,7 +242,10 @@ double decoder::draft_all() {
         r.stats.t_draft_us += dt;
         t_draft += dt;
         drafting_ = true;
-        n_asked_ += model_.trees() ? nodes : std::max<std::int32_t>(1, (std::int32_t) tree.size());  // what was drafted
+        // What the sources were asked for (a chain along a prediction goes on for free: not counted, or the nodes
+        // would look cheap and the hint would ask the other sources for more).
+        n_asked_ += model_.trees() ? nodes
+                                   : std::clamp<std::int32_t>((std::int32_t) tree.size(), 1, chain_tree_nodes(nodes, room_of(model_, r)));
     }
     return t_draft;
 }
