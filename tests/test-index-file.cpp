@@ -292,7 +292,7 @@ long thread_minor_faults() {
 
 TEST(IndexFile, PrefetcherMapsPagesInBehindTheCaller) {
     const std::string path  = tmp_path("prefetch.bin");
-    const std::size_t bytes = 80u << 20;  // over the 64 MiB threshold
+    const std::size_t bytes = 16u << 20;  // over the threshold (k_min_bytes)
     {
         std::ofstream     out(path, std::ios::binary);
         std::vector<char> block(1 << 20, 'x');
@@ -315,7 +315,7 @@ TEST(IndexFile, PrefetcherMapsPagesInBehindTheCaller) {
     {
         rest::file_mapping    map(path);
         rest::page_prefetcher small;
-        small.start(map.data(), 1u << 20);
+        small.start(map.data(), rest::page_prefetcher::k_min_bytes - 1);
         EXPECT_FALSE(small.started());
         setenv("REST_INDEX_PREFETCH", "0", 1);
         rest::page_prefetcher off;

@@ -117,7 +117,7 @@ class mmap_datastore final : public datastore {
             fail("has shards that disagree with the header (" + std::to_string(n_sa_total) + " tokens in shards, " +
                  std::to_string(hd_.n_tokens) + " in the header)");
         }
-        // Every check passed: map the pages in behind the caller's back (large indexes only; see page_prefetcher).
+        // Every check passed: map the pages in behind the caller's back (from 1 MiB; see page_prefetcher).
         prefetch_.start(base, size);
 
         info_.format_version        = hd_.version;

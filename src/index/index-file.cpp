@@ -130,7 +130,6 @@ file_mapping::~file_mapping() {
 }
 
 void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size) {
-    constexpr std::uint64_t k_min_bytes = 64ull << 20;
     const char *            env         = std::getenv("REST_INDEX_PREFETCH");
     const long              pages       = ::sysconf(_SC_PHYS_PAGES);
     const long              page        = ::sysconf(_SC_PAGESIZE);
