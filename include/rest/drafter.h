@@ -97,6 +97,7 @@ class drafter final : public draft_provider {
     // Appends emitted tokens to the context (incremental: match state is updated, not recomputed).
     void accept(std::span<const token_id> tokens) override;
     // The request's predicted output: one more source, a chain from where the output is aligned with it.
+    void reserve(std::size_t n_tokens) override;
     void set_prediction(std::span<const token_id> prediction) override;
     bool has_prediction() const override;
     // Builds the best-first tree of at most n_budget nodes (<= params.n_budget_max) continuing the context.

@@ -10,6 +10,10 @@ namespace rest {
 
 namespace {
 
+// Most generated tokens a drafter allocates for at a request's start (its tables grow past it as they must): an
+// unbounded request on a long context would otherwise take tens of MB it may never use.
+constexpr std::size_t k_reserve_max = 4096;
+
 double now_us() {
     using clock = std::chrono::steady_clock;
     return std::chrono::duration<double, std::micro>(clock::now().time_since_epoch()).count();
@@ -122,6 +126,10 @@ std::int32_t decoder::begin(request & r, std::span<const token_id> prompt, std::
     r.root           = prompt.back();
     if (r.draft) {
         r.draft->reset(prompt);
+        // The request's whole context at most, and not a long context's worth for an unbounded request.
+        const std::size_t room = (std::size_t) std::max(0, model_.n_ctx_slot() - (std::int32_t) prompt.size());
+        const std::size_t more = r.params.n_predict >= 0 ? (std::size_t) r.params.n_predict : room;
+        r.draft->reserve(prompt.size() + std::min({more, room, k_reserve_max}));
         r.draft->set_prediction(r.prediction);
     }
     if (policy_) {

@@ -56,23 +56,43 @@ std::int32_t context_matcher::head(std::uint64_t key) const {
     }
 }
 
+void context_matcher::rehash(std::size_t n_slots) {
+    std::vector<std::uint64_t> old_keys(n_slots, 0);
+    std::vector<std::int32_t>  old_heads(n_slots, -1);
+    old_keys.swap(keys_);
+    old_heads.swap(heads_);
+    const std::size_t mask = keys_.size() - 1;
+    for (std::size_t j = 0; j < old_keys.size(); ++j) {
+        if (old_keys[j] != 0) {
+            std::size_t i = (old_keys[j] >> 7) & mask;
+            while (keys_[i] != 0) {
+                i = (i + 1) & mask;
+            }
+            keys_[i]  = old_keys[j];
+            heads_[i] = old_heads[j];
+        }
+    }
+}
+
+void context_matcher::reserve(std::size_t n_tokens) {
+    ctx_.reserve(n_tokens);
+    if (!index_) {
+        return;
+    }
+    const auto n_len = static_cast<std::size_t>(n_max_ - n_min_ + 1);
+    prev_.reserve(n_tokens * n_len);
+    std::size_t n_slots = std::max<std::size_t>(1024, keys_.size());
+    while (n_slots < 2 * (n_tokens * n_len + 1)) {
+        n_slots *= 2;
+    }
+    if (n_slots > keys_.size()) {
+        rehash(n_slots);
+    }
+}
+
 void context_matcher::set_head(std::uint64_t key, std::int32_t p) {
     if (2 * (n_keys_ + 1) > keys_.size()) {
-        std::vector<std::uint64_t> old_keys(std::max<std::size_t>(1024, 2 * keys_.size()), 0);
-        std::vector<std::int32_t>  old_heads(old_keys.size(), -1);
-        old_keys.swap(keys_);
-        old_heads.swap(heads_);
-        const std::size_t mask = keys_.size() - 1;
-        for (std::size_t j = 0; j < old_keys.size(); ++j) {
-            if (old_keys[j] != 0) {
-                std::size_t i = (old_keys[j] >> 7) & mask;
-                while (keys_[i] != 0) {
-                    i = (i + 1) & mask;
-                }
-                keys_[i]  = old_keys[j];
-                heads_[i] = old_heads[j];
-            }
-        }
+        rehash(std::max<std::size_t>(1024, 2 * keys_.size()));
     }
     const std::size_t mask = keys_.size() - 1;
     std::size_t       i    = (key >> 7) & mask;

@@ -32,6 +32,9 @@ class context_matcher {
 
     void reset(std::span<const token_id> tokens);
     void append(std::span<const token_id> tokens);
+    // Room for a context of n_tokens without growing: a table that doubles mid-request takes fresh pages while
+    // decoding (30 page faults, 0.55 ms of a 17 ms stories260K generation in a fresh process on a Zen 5 VM).
+    void reserve(std::size_t n_tokens);
 
     // Brings the match up to date with the tokens appended so far. Cheap when nothing was appended.
     void update();
@@ -64,6 +67,7 @@ class context_matcher {
     std::uint64_t key_ending_at(std::size_t p, int k) const;  // never 0 (the table's empty marker)
     std::int32_t  head(std::uint64_t key) const;              // latest position with this key, or -1
     void          set_head(std::uint64_t key, std::int32_t p);
+    void          rehash(std::size_t n_slots);  // n_slots: a power of two that holds every key at most half full
     void          index_position(std::size_t p);
     bool          same_suffix(std::size_t p, int k) const;    // c[p-k+1..p] == the last k tokens
     std::int32_t  first_verified(int k, std::int32_t from, std::size_t n) const;

@@ -177,6 +177,10 @@ void drafter::accept(std::span<const token_id> tokens) {
     d.pred.append(tokens);
 }
 
+void drafter::reserve(std::size_t n_tokens) {
+    impl_->ctx.reserve(n_tokens);
+}
+
 void drafter::set_prediction(std::span<const token_id> prediction) {
     impl_->pred.reset(prediction);
 }
