@@ -160,13 +160,21 @@ TEST(draft_search, context_matcher_equals_scan) {
                 }
                 context_matcher cm(n_min, n_max, occ_max);
                 std::size_t     n = rng() % 10;
-                cm.reset({full.data(), n});
-                // Half the runs reserve the whole context first: the same matches, and no growth while appending.
+                // Half the runs reserve the whole context first (as the decoder does, before reset(); after a
+                // first reset that left keys in the table): the same matches, and no growth while appending.
                 const bool reserved = rng() % 2 == 0;
-                if (reserved) cm.reserve(full.size());
-                const token_id * base = cm.tokens().data();
+                if (reserved) {
+                    cm.reset({full.data(), std::min<std::size_t>(full.size(), 40)});
+                    cm.reserve(full.size());
+                }
+                cm.reset({full.data(), n});
+                const token_id *  base  = cm.tokens().data();
+                const std::size_t slots = cm.table_slots();
                 while (true) {
-                    if (reserved) ASSERT_EQ(cm.tokens().data(), base) << "the context grew after reserve()";
+                    if (reserved) {
+                        ASSERT_EQ(cm.tokens().data(), base) << "the context moved after reserve()";
+                        ASSERT_EQ(cm.table_slots(), slots) << "the hash table grew after reserve()";
+                    }
                     cm.update();
                     const auto want = rest_ref::match_context({full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n)},
                                                               n_min, n_max, occ_max, 4);

@@ -13,12 +13,13 @@ namespace rest {
 class draft_provider {
   public:
     virtual ~draft_provider() = default;
+    // Before reset(): the next request's context will grow to about n_tokens; allocate for them now, not while
+    // decoding.
+    virtual void reserve(std::size_t n_tokens) { (void) n_tokens; }
     // Starts a request: the context is the prompt.
     virtual void reset(std::span<const token_id> prompt) = 0;
     // Appends emitted tokens to the context.
     virtual void accept(std::span<const token_id> tokens) = 0;
-    // After reset(): the request's context will grow to about n_tokens; allocate for them now, not while decoding.
-    virtual void reserve(std::size_t n_tokens) { (void) n_tokens; }
     // A text the output is expected to repeat, with edits (after reset(), which clears it; empty: none). Providers
     // without such a source ignore it.
     virtual void set_prediction(std::span<const token_id> prediction) { (void) prediction; }

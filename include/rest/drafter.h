@@ -96,8 +96,9 @@ class drafter final : public draft_provider {
     void reset(std::span<const token_id> prompt) override;
     // Appends emitted tokens to the context (incremental: match state is updated, not recomputed).
     void accept(std::span<const token_id> tokens) override;
-    // The request's predicted output: one more source, a chain from where the output is aligned with it.
+    // Sizes the context's tables for n_tokens (the context matcher's; before reset()).
     void reserve(std::size_t n_tokens) override;
+    // The request's predicted output: one more source, a chain from where the output is aligned with it.
     void set_prediction(std::span<const token_id> prediction) override;
     bool has_prediction() const override;
     // Builds the best-first tree of at most n_budget nodes (<= params.n_budget_max) continuing the context.

@@ -125,11 +125,12 @@ std::int32_t decoder::begin(request & r, std::span<const token_id> prompt, std::
     r.stats.n_cached = kept;
     r.root           = prompt.back();
     if (r.draft) {
-        r.draft->reset(prompt);
-        // The request's whole context at most, and not a long context's worth for an unbounded request.
+        // The request's whole context at most, and not a long context's worth for an unbounded request; first, so
+        // that the prompt is indexed into tables of their final size.
         const std::size_t room = (std::size_t) std::max(0, model_.n_ctx_slot() - (std::int32_t) prompt.size());
         const std::size_t more = r.params.n_predict >= 0 ? (std::size_t) r.params.n_predict : room;
         r.draft->reserve(prompt.size() + std::min({more, room, k_reserve_max}));
+        r.draft->reset(prompt);
         r.draft->set_prediction(r.prediction);
     }
     if (policy_) {
@@ -253,7 +254,8 @@ double decoder::draft_all() {
         // What the sources were asked for (a chain along a prediction goes on for free: not counted, or the nodes
         // would look cheap and the hint would ask the other sources for more).
         n_asked_ += model_.trees() ? nodes
-                                   : std::clamp<std::int32_t>((std::int32_t) tree.size(), 1, chain_tree_nodes(nodes, room_of(model_, r)));
+                                   : std::max<std::int32_t>(1, std::min<std::int32_t>((std::int32_t) tree.size(),
+                                                                                      chain_tree_nodes(nodes, room_of(model_, r))));
     }
     return t_draft;
 }

@@ -393,7 +393,7 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
     sa_match_counters  counters;
     d.first.clear();
     const auto         grow  = static_cast<std::int32_t>(std::min<std::int64_t>(2 * static_cast<std::int64_t>(std::max(want, 1)), INT32_MAX));
-    const std::int32_t n_max = std::min({cap, room, grow, d.p.n_budget_max});
+    const std::int32_t n_max = std::min({cap, room, grow, d.p.n_budget_max, k_chain_nodes_max});
     if (n_max <= 0 || context.empty()) {
         d.last = st;
         return tree;

@@ -56,8 +56,8 @@ class file_mapping {
 // touches dozens of new pages for minutes otherwise. Small indexes too: a one-shot `rest generate` on the demo
 // model's 20 MB index paid 6.5 of its 7.9 ms of drafting in its first bigram searches (each page first touched
 // there), 1.15-1.36x of plain against 1.41-1.68x with the pages mapped in (40 processes, 3 runs each).
-// madvise(MADV_POPULATE_READ) in 32 MiB steps (one read per page on kernels before 5.14); the destructor stops it
-// between steps and joins. Only for mappings of k_min_bytes or more (a thread costs more than a smaller file's
+// madvise(MADV_POPULATE_READ) in 32 MiB steps (skipped before Linux 5.14), then one read per page (see the
+// definition); the destructor stops it between pages and joins. Only for mappings of k_min_bytes or more (a thread costs more than a smaller file's
 // faults) that fit in half the physical memory; REST_INDEX_PREFETCH=0 turns it off.
 class page_prefetcher {
   public:
