@@ -100,6 +100,20 @@ TEST(online_budget, draft_hint_follows_recent_choices_with_room_to_grow) {
     EXPECT_LT(b.draft_nodes_hint(), n_good + 1);
 }
 
+// The nodes drafted beyond the recent choices are worth draft_cost_frac of a step as decoding runs, not of a plain
+// pass: where a plain pass costs 5x the 2-row passes the policy runs (stories260K on two threads of a Zen 5: 1.5x),
+// a plain pass's 2% bought 10 nodes at 2 us each, drafted every step and never verified.
+TEST(online_budget, affordable_nodes_are_priced_against_the_steps_that_run) {
+    const cost_table dear_plain = table_of({1, 2, 4, 8, 16, 32, 64}, {1000, 200, 260, 380, 620, 1100, 2100});
+    online_budget    b(dear_plain, no_exploration());
+    for (int i = 0; i < 40; ++i) {
+        step_report r = step_of(2, 200, 8, 2, true);
+        r.n_asked     = 4;  // 2 us a node
+        b.observe_step(r);
+    }
+    EXPECT_EQ(b.draft_nodes_hint(), 2) << "0.02 x 208 us / 2 us = 2 nodes (a plain pass's 1000 us: 10)";
+}
+
 TEST(online_budget, exploration_is_bounded_per_bin) {
     // Drafts whose first node looks promising (0.5) but does not pay on this curve: the policy verifies a first
     // node only while its bin has fewer than explore_obs observations, and never beyond.

@@ -47,7 +47,7 @@ struct online_budget_params {
     std::int32_t plain_every = 64;
     std::int32_t plain_every_max = 512;
     double       plain_cost_frac = 0.01;
-    double       draft_cost_frac = 0.02;  // drafting worth this fraction of a plain step is always affordable
+    double       draft_cost_frac = 0.02;  // drafting worth this fraction of a step (as decoding runs) is always affordable
     std::int32_t off_min = 8;           // plain steps after the first probe that did not pay; doubling ...
     std::int32_t off_max = 1024;        // ... up to this many (probes then cost < 1% where drafts never pay)
     // Exploration: a first node whose bin has fewer than explore_obs observations is verified even when the
@@ -68,7 +68,7 @@ class online_budget final : public budget_policy {
     bool want_draft(std::size_t n_requests, bool predicted) override;
     // One more than recent_choice() (chains get their room to grow from drafter::draft_chain()'s twice it: a policy that keeps
     // choosing every node drafted doubles its chains every k_recent_share steps; trees ask tree_draft_nodes()), and
-    // at least as many nodes as drafting for draft_cost_frac of a plain step buys (all of them on a large model).
+    // at least as many nodes as drafting for draft_cost_frac of a step buys (all of them on a large model).
     // Every node drafted and not verified costs drafting time: on stories260K each costs ~1.7 us, ~0.7% of a step.
     std::int32_t draft_nodes_hint() const override;
     // What one more row costs next to a plain step, at the rows of the hint's chain: a node whose acceptance is
