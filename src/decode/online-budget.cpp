@@ -336,26 +336,24 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
         m.since_plain = 0;  // measure what plain decoding costs now
         return false;
     }
-    if (--m.off_left == 0) {
-        // A probe: measure the gain afresh. Its first step overwrites the EMAs (weight 1 / steps); until then they
-        // keep saying what the last probe found, so a run that ends here still saves that drafting lost.
-        m.steps     = 0;
-        m.var_steps = 0;
-        m.exit_us   = 0;
-    }
+    if (--m.off_left == 0) begin_probe(m);
     return false;
+}
+
+void online_budget::begin_probe(mode & m) {
+    // The gain is measured afresh. Its first step overwrites the EMAs (weight 1 / steps); until then they keep saying
+    // what the last probe found, so a run that ends here still saves that drafting lost.
+    m.off_left  = 0;
+    m.steps     = 0;
+    m.var_steps = 0;
+    m.exit_us   = 0;
 }
 
 void online_budget::observe_request(bool predicted) {
     if (!predicted) return;
     for (std::size_t c = k_sizes; c < k_classes; ++c) {
         mode & m = mode_[c];
-        if (m.off_left > 0) {
-            m.off_left = 0;  // a probe: measure this prediction's gain (the back-off level stays)
-            m.steps     = 0;  // (the EMAs as in want_draft())
-            m.var_steps = 0;
-            m.exit_us   = 0;
-        }
+        if (m.off_left > 0) begin_probe(m);  // measure this prediction's gain (the back-off level stays)
     }
 }
 

@@ -138,6 +138,7 @@ class online_budget final : public budget_policy {
         double       exit_us = 0;
     };
     void seed_from_neighbour(std::size_t c);
+    static void begin_probe(mode & m);  // drafting on again, its gain to be measured afresh
     double loss_noise(const mode & m) const;  // a drafting step's loss beyond which it is not noise (HUGE_VAL: too few)
     // By batch size (1, 2, 3-4, 5-8, 9-16, 17+ requests), and whether a request of the pass has a prediction (its
     // drafts pay where the others may not: a class switched off for ordinary requests must not block them).

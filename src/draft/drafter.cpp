@@ -369,8 +369,7 @@ void drafter::extend_along_prediction(draft_tree & chain, std::int32_t n_max) {
         if (chain.tokens[i] != p.nodes[i].token) return;  // the chain left the prediction
     }
     for (std::size_t i = k; i < p.nodes.size(); ++i) {
-        const double prev = i == 0 ? 1.0 : p.nodes[i - 1].score;
-        const double cond = prev > 0 ? std::min(1.0, p.nodes[i].score / prev) : 0.0;
+        const double cond = d.pred.conditional_score(d.pred.run() + (std::int64_t) i);
         const float  s    = (float) ((i == 0 ? 1.0 : (double) chain.scores[i - 1]) * cond);
         chain.add(p.nodes[i].token, (std::int32_t) i - 1, s, static_cast<std::uint8_t>(draft_source::prediction));
     }

@@ -139,17 +139,16 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size) {
     }
     thread_ = std::jthread([data, size, page](std::stop_token stop) {
         constexpr std::uint64_t k_step = 32ull << 20;
-        bool                    populate = true;
         for (std::uint64_t off = 0; off < size && !stop.stop_requested(); off += k_step) {
             const std::uint64_t n = std::min(k_step, size - off);
 #ifdef MADV_POPULATE_READ
             // EINVAL before Linux 5.14: the reads below fault the pages in instead.
-            populate = populate && ::madvise(const_cast<std::uint8_t *>(data) + off, n, MADV_POPULATE_READ) == 0;
+            (void) ::madvise(const_cast<std::uint8_t *>(data) + off, n, MADV_POPULATE_READ);
 #endif
             // Then one read per page: mapped is not yet cheap to reach. On a Zen 5 VM (nested paging) a thread's
             // first read of each populated page still cost ~1.3 us; a fresh process's first 200 bigram searches on
-            // the demo model's 20 MB index took 3.4-8 ms (p50 11-28 us each) against 0.15-0.4 ms (p50 1.6 us) once
-            // any thread of the process had read every page (6-7 ms of this thread's time for 20 MB).
+            // the demo model's 20 MB index took 3.4-8 ms (p50 11-28 us each) against 0.35-0.53 ms (p50 1.7-1.8 us)
+            // once this thread had read every page (6-7 ms of its time for 20 MB).
             volatile std::uint8_t sink = 0;
             for (std::uint64_t p = off; p < off + n && !stop.stop_requested(); p += static_cast<std::uint64_t>(page)) {
                 sink = sink + data[p];
