@@ -510,6 +510,9 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
             }
         }
         if (pick == nq) break;
+        // One request's padding rows pay only at a shape without a change's charge (the last pass's, or home's):
+        // past both, the loop would price dozens of rows that cannot win (4.3 us a step on the demo model).
+        if (nq == 1 && next[0] >= b.lim[0] && rows >= std::max(last_rows_, home_rows_)) break;
         if (const size_t j = next[pick]; j < b.lim[pick]) {
             char & parent_has_child = scratch_.has_child[pick][(size_t) (qs[pick].tree->parents[j] + 1)];
             seqs += parent_has_child ? 1 : 0;
