@@ -216,27 +216,20 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // the cheapest drafting pass costs no more than a plain one whatever its nodes are worth (a single row on two
     // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two
     // drafting shapes this charges the change itself plus the difference of their ways back (which differ when
-    // their thread counts do, and for an excursion from the home shape: below).
+    // their thread counts do).
+    // One request's steps are charged the change alone: the learned values of its shapes (learn_values()) say what
+    // being at a shape is worth over the steps that follow, plain's among them.
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
+    if (n_req == 1) return change_us(threads, last_threads_);
     const bool         drafting = n_rows > (std::int32_t) n_req;
     const bool         was      = last_rows_ > last_requests_;  // the last pass drafted (0 rows: another pass)
     const std::int32_t plain_threads = threads_of((std::int32_t) n_req, 1);
     const bool         pays          = drafting_prevails(n_past, n_equal);
     // Being in the drafting regime (its passes on `t` threads) over being in the plain one, as a cost.
     auto bias = [&](std::int32_t t) { return pays ? -change_us(t, plain_threads) : change_us(plain_threads, t); };
-    // Within the drafting regime the same holds between shapes, as far as it is measured to: a step of another shape
-    // than the one a request drafts most often lately (home) is charged its way back times how often a pass of
-    // another shape was followed by a change (back_rate_), and the way home is credited as much. Where excursions
-    // come back at once (stories260K, two threads, Zen 5: a 3-row step among 2-row ones paid a rebuild each way, ~105
-    // us twice against a 2-row step's 200) that is the whole round trip; where long chains come in runs (the demo
-    // model copying code), less.
     const std::int32_t from_threads = last_threads_ > 0 ? last_threads_ : threads;
-    auto away = [&](std::int32_t rows, std::int32_t t) {
-        const bool excursion = pays && n_req == 1 && home_rows_ > 1 && rows > 1 && rows != home_rows_;
-        return excursion ? back_rate_ * change_us(threads_of(home_rows_, 1), t) : 0.0;
-    };
-    const double after = (drafting ? bias(threads) : 0.0) + away(n_rows, threads);
-    const double now   = (was ? bias(from_threads) : 0.0) + (last_requests_ == 1 ? away(last_rows_, from_threads) : 0.0);
+    const double after = drafting ? bias(threads) : 0.0;
+    const double now   = was ? bias(from_threads) : 0.0;
     return std::max(0.0, change_us(threads, last_threads_) + after - now);  // the caller has seen the shape change
 }
 
@@ -401,19 +394,42 @@ std::int32_t online_budget::draft_nodes_hint() const {
     return std::clamp(std::max<std::int32_t>(grow, (std::int32_t) std::min(affordable, 1e6)), 1, std::max(1, params_.n_max));
 }
 
-void online_budget::note_drafting_rows(std::int32_t rows) {
-    // The most frequent (ties: the fewer rows) of the last k_recent drafting passes of one request, with a count per
-    // row number (the largest ones share a count: they are never home on a CPU, where this matters).
-    auto slot = [](std::int32_t r) { return (std::size_t) std::clamp(r, 0, (std::int32_t) k_rows_counted - 1); };
-    if (const std::int32_t old = drafted_rows_[drafted_at_]; old > 1) --rows_count_[slot(old)];
-    drafted_rows_[drafted_at_] = rows;
-    drafted_at_                = (drafted_at_ + 1) % k_recent;
-    ++rows_count_[slot(rows)];
-    home_rows_ = 0;
-    for (const std::int32_t r : drafted_rows_) {
-        if (r <= 1) continue;
-        const int n = rows_count_[slot(r)], n_home = home_rows_ > 1 ? rows_count_[slot(home_rows_)] : 0;
-        if (n > n_home || (n == n_home && r < home_rows_)) home_rows_ = r;
+void online_budget::learn_values(std::span<const double> q_stay, std::span<const std::int32_t> threads) {
+    // Expected updates of a discounted value per shape, from the draft this step saw (every shape's, not only the one
+    // taken): a shape is worth what its step earns plus the next step's value, from staying or from the best change
+    // (priced at the rate decoding runs at, as worth() prices time). What this replaces, a home shape (the most
+    // frequent lately) that other shapes paid their way back to, held the demo model at 2 rows where 3 pay more:
+    // no one step's gain paid the way out, while these values carry the gain of every step after it.
+    const mode & m = mode_[cur_class_];
+    if (!(m.rate_us > 0) || q_stay.size() < 2) return;
+    const double rate = m.rate_tokens / m.rate_us;
+    // The best shape to change to, per thread count (what a change costs depends on the threads at both ends).
+    std::array<std::pair<std::int32_t, double>, 4> best{};
+    std::size_t                                    n_best = 0;
+    for (std::size_t r = 1; r < q_stay.size(); ++r) {
+        std::size_t k = 0;
+        while (k < n_best && best[k].first != threads[r]) ++k;
+        if (k == n_best) {
+            if (n_best == best.size()) continue;  // more thread counts than passes use: not a change target
+            best[n_best++] = {threads[r], q_stay[r]};
+        }
+        best[k].second = std::max(best[k].second, q_stay[r]);
+    }
+    if (values_.size() < q_stay.size()) values_.resize(q_stay.size(), 0.0);
+    double top = -HUGE_VAL;
+    for (std::size_t r = 1; r < q_stay.size(); ++r) {
+        double target = q_stay[r];
+        for (std::size_t k = 0; k < n_best; ++k) {
+            const double change = change_us(best[k].first, threads[r]) * slowdown(best[k].first);
+            target              = std::max(target, best[k].second - rate * change);
+        }
+        values_[r] += params_.value_ema * (target - values_[r]);
+    }
+    for (std::size_t r = 2; r < values_.size(); ++r) {
+        if (values_[r] > top) {
+            top        = values_[r];
+            value_top_ = (std::int32_t) r;
+        }
     }
 }
 
@@ -496,8 +512,19 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     std::int32_t rows      = rows_plain;
     std::int32_t seqs      = seqs_plain;
     double       expected  = (double) nq;
-    double       best_rate = worth(expected, plain_us);
+    // One request's shapes carry their learned values (learn_values(); once a rate is measured, as worth() needs).
+    const bool   single    = nq == 1 && mode_[cur_class_].rate_us > 0;
+    const double discount  = params_.value_discount;
+    double       best_rate = worth(expected, plain_us) + (single ? discount * value_of(1) : 0.0);
     bool         pays      = false;
+    std::vector<double> &       q_stay    = scratch_.q_stay;
+    std::vector<std::int32_t> & q_threads = scratch_.q_threads;
+    if (single) {
+        const std::int32_t t = threads_of(1, 1);
+        q_stay.assign(2, 0.0);
+        q_threads.assign(2, t);
+        q_stay[1] = worth(expected, predict_on(1, b.n_past, 1, 1, t) * slowdown(t)) + discount * value_of(1);
+    }
     scratch_.has_child.resize(nq);
     for (size_t i = 0; i < nq; ++i) scratch_.has_child[i].assign(b.lim[i] + 1, 0);
     while (true) {
@@ -510,9 +537,10 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
             }
         }
         if (pick == nq) break;
-        // One request's padding rows pay only at a shape without a change's charge (the last pass's, or home's):
-        // past both, the loop would price dozens of rows that cannot win (4.3 us a step on the demo model).
-        if (nq == 1 && next[0] >= b.lim[0] && rows >= std::max(last_rows_, home_rows_)) break;
+        // One request's padding rows pay only at a shape without a change's charge (the last pass's) or of a high
+        // value (value_top_): past both, the loop would price dozens of rows that cannot win (4.3 us a step on the
+        // demo model).
+        if (nq == 1 && next[0] >= b.lim[0] && rows >= std::max(last_rows_, value_top_)) break;
         if (const size_t j = next[pick]; j < b.lim[pick]) {
             char & parent_has_child = scratch_.has_child[pick][(size_t) (qs[pick].tree->parents[j] + 1)];
             seqs += parent_has_child ? 1 : 0;
@@ -521,13 +549,21 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         ++next[pick];
         ++rows;
         expected += pv;
-        const double rate = worth(expected, drafting_step_us(rows, b.n_past, 1, seqs));
+        double rate = worth(expected, drafting_step_us(rows, b.n_past, 1, seqs));
+        if (single) {
+            const std::int32_t t = threads_of(rows, 1);
+            rate += discount * value_of(rows);
+            q_stay.push_back(worth(expected, predict_on(rows, b.n_past, 1, seqs, t) * slowdown(t) + t_draft_us_) +
+                             discount * value_of(rows));
+            q_threads.push_back(t);
+        }
         if (rate > best_rate) {
             best_rate = rate;
             pays      = true;
             std::copy(next.begin(), next.end(), n_out.begin());
         }
     }
+    if (single) learn_values(q_stay, q_threads);
     if (!pays) {
         const double explore_us = drafting_step_us(rows_plain + 1, b.n_past, 1, seqs_plain);
         const auto [ex, k]      = exploration(qs, b, explore_us - plain_us);
@@ -661,10 +697,6 @@ void online_budget::observe_step(const step_report & r) {
             at = n_steps_;
         }
     }
-    if (r.n_requests == 1 && last_requests_ == 1 && last_rows_ > 1 && home_rows_ > 1 && last_rows_ != home_rows_) {
-        back_rate_ = (1 - params_.time_ema) * back_rate_ + params_.time_ema * (r.n_rows != last_rows_ ? 1.0 : 0.0);
-    }
-    if (r.n_requests == 1 && r.n_rows > 1) note_drafting_rows(r.n_rows);
     last_threads_     = r.n_threads;
     last_rows_        = r.n_rows;
     last_requests_    = (std::int32_t) r.n_requests;

@@ -47,6 +47,10 @@ struct online_budget_params {
     std::int32_t plain_every = 64;
     std::int32_t plain_every_max = 512;
     double       plain_cost_frac = 0.01;
+    // One request's shapes (rows of its pass): the value of being at each, learned from every step's draft (see
+    // learn_values()), so that a change of shape is paid once for what it earns over the steps after it.
+    double       value_ema = 0.1;       // weight of a step in a shape's value
+    double       value_discount = 0.95; // weight of the next step's value in this one's (a horizon of ~20 steps)
     double       draft_cost_frac = 0.02;  // drafting worth this fraction of a step (as decoding runs) is always affordable
     std::int32_t off_min = 8;           // plain steps after the first probe that did not pay; doubling ...
     std::int32_t off_max = 1024;        // ... up to this many (probes then cost < 1% where drafts never pay)
@@ -202,6 +206,8 @@ class online_budget final : public budget_policy {
         std::vector<std::size_t>         cap;   // per query: what equal rows pad it to at most (drafts or not)
         std::vector<std::vector<double>> prob;  // per query: path probabilities of its nodes (empty if lim 0)
         std::vector<std::vector<char>>   has_child;  // per query, choose()'s scratch: [node + 1] has a chosen child
+        std::vector<double>              q_stay;     // choose()'s scratch for one request (see learn_values())
+        std::vector<std::int32_t>        q_threads;
         std::size_t                      lim_max = 0;
         std::size_t                      pad_max = 0;
         std::int32_t                     n_past  = 0;  // mean committed tokens
@@ -213,7 +219,14 @@ class online_budget final : public budget_policy {
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b,
                                                      double extra_us);
     void  note_choice(std::int32_t n_nodes);
-    void  note_drafting_rows(std::int32_t rows);  // a drafting pass of one request: updates home_rows_
+    // From one request's step: q_stay[r] is what a step of r rows (r >= 1, 0 unused) was worth with this draft,
+    // without a change of shape, plus the discounted value of being at r; threads[r] the pass's thread count. Each
+    // shape's value moves towards the best it could have done from there: staying, or changing to the best shape
+    // (the change priced). Shapes past q_stay's end are not updated.
+    void  learn_values(std::span<const double> q_stay, std::span<const std::int32_t> threads);
+    double value_of(std::int32_t rows) const {
+        return rows >= 0 && (std::size_t) rows < values_.size() ? values_[(std::size_t) rows] : 0.0;
+    }
     double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
     std::int32_t recent_choice() const;
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
@@ -256,13 +269,8 @@ class online_budget final : public budget_policy {
     static constexpr std::size_t                k_recent_share = 4;  // of k_recent (see recent_choice())
     std::array<std::int32_t, k_recent>          recent_{};        // most nodes chosen for a request, last steps
     std::size_t                                 recent_at_ = 0;
-    std::array<std::int32_t, k_recent>          drafted_rows_{};  // rows of one request's last drafting passes
-    std::size_t                                 drafted_at_ = 0;
-    std::int32_t                                home_rows_ = 0;   // the most frequent of them (0: none yet)
-    static constexpr std::size_t                k_rows_counted = 256;
-    std::array<std::uint8_t, k_rows_counted>    rows_count_{};    // drafted_rows_ per row number
-    double                                      back_rate_ = 0.5; // EMA: a pass not of home's shape was followed by
-                                                                  // a change
+    std::vector<double>                         values_;          // [rows]: a shape's learned value (tokens)
+    std::int32_t                                value_top_ = 0;   // the shape of the highest value (0: none)
     double                                      explore_us_ = 0;  // exploration budget left (see explore_cost_frac)
 };
 
