@@ -139,6 +139,7 @@ TEST(draft_chain, backoff_estimate_equals_naive_counts) {
         const int n_max = 4 + round % 13;
         std::vector<sa_bigram_memo> memos(ds.shards().size());
         tree_expander               x;
+        sa_backoff                  kept;  // across queries: continuations of frequent levels are remembered
         for (int q = 0; q < 20; ++q) {
             const auto text = random_context(rng, *texts[rng() % texts.size()], 1 + static_cast<int>(rng() % 24), n_vocab);
             std::vector<sa_match> ms(ds.shards().size());
@@ -160,12 +161,63 @@ TEST(draft_chain, backoff_estimate_equals_naive_counts) {
             std::vector<token_id> cands;
             bo.candidates(cands, x);
             ASSERT_EQ(cands, want.candidates()) << "round " << round << " query " << q;
+            for (int rep = 0; rep < 2; ++rep) {  // the second time from what it remembered
+                kept.set(ds.shards(), ms, len, text, p, memos);
+                cands.clear();
+                kept.candidates(cands, x);
+                ASSERT_EQ(cands, want.candidates()) << "remembered, round " << round << " query " << q;
+            }
             n_checked++;
             n_backed_off += bo.n_levels() > 1;
         }
     }
     EXPECT_GT(n_backed_off, 50);  // the reference exercised more than one level often
     EXPECT_EQ(n_checked, 800);
+}
+
+TEST(draft_chain, backoff_forgets_continuations_of_other_shards) {
+    // Two shards where "0" has the same suffix-array range (the smallest token, 50 times in each) and another next
+    // token: a continuation remembered from one must not answer for the other.
+    std::vector<token_id> ta, tb;
+    for (int i = 0; i < 50; ++i) {
+        ta.insert(ta.end(), {0, 1});
+        tb.insert(tb.end(), {0, 2});
+    }
+    const ref_shard a(ta, 2), b(tb, 2);
+    const std::array<index_shard, 1> sa{a.view()}, sb{b.view()};
+    backoff_params p;
+    p.n_min    = 1;
+    p.scan_max = 1;  // a frequent level: its continuation is remembered
+    const std::vector<token_id> text{0};
+    tree_expander x;
+    sa_backoff    kept;
+    std::vector<token_id> got;
+    for (const auto & [shards, want] : {std::pair{&sa, 1}, std::pair{&sb, 2}, std::pair{&sa, 1}}) {
+        std::vector<sa_match> ms(1);
+        sa_match_update((*shards)[0], ms[0], text, 0, 4);
+        ASSERT_EQ(ms[0].len, 1);
+        ASSERT_EQ(ms[0].range, (sa_range{0, 50}));
+        kept.set(*shards, ms, 1, text, p, {});
+        got.clear();
+        kept.candidates(got, x);
+        EXPECT_EQ(got, std::vector<token_id>{want});
+    }
+    // The same shard table given other contents (a history snapshot grown in place): forget() clears it.
+    ref_shard                  c(ta, 2);
+    std::array<index_shard, 1> sc{c.view()};
+    auto candidates_of_c = [&] {
+        std::vector<sa_match> ms(1);
+        sa_match_update(sc[0], ms[0], text, 0, 4);
+        kept.set(sc, ms, 1, text, p, {});
+        got.clear();
+        kept.candidates(got, x);
+        return got;
+    };
+    EXPECT_EQ(candidates_of_c(), std::vector<token_id>{1});
+    c     = ref_shard(tb, 2);
+    sc[0] = c.view();
+    kept.forget();
+    EXPECT_EQ(candidates_of_c(), std::vector<token_id>{2});
 }
 
 TEST(draft_chain, backoff_with_a_confident_match_is_the_tree_estimate) {

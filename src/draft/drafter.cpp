@@ -151,6 +151,7 @@ void drafter::reset(std::span<const token_id> prompt) {
     d.hist_src.reset(d.hsnap ? std::span<const index_shard>(d.hsnap->shards) : std::span<const index_shard>{}, same);
     if (!same) {
         d.cache_hist.clear();  // another snapshot: its ranges mean other things
+        d.bo_hist.forget();
     }
     d.pred.reset({});
     d.w_ctx = std::clamp(d.p.chain_w_context, 0.02, 0.98);

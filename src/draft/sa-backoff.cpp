@@ -6,6 +6,7 @@ namespace rest {
 
 void sa_backoff::set(std::span<const index_shard> shards, std::span<const sa_match> matches, int len,
                      std::span<const token_id> text, const backoff_params & p, std::span<sa_bigram_memo> memos) {
+    if (shards.data() != shards_.data() || shards.size() != shards_.size()) tops_.clear();
     shards_ = shards;
     p_      = p;
     levels_.clear();
@@ -113,10 +114,6 @@ double sa_backoff::prob(token_id t) const {
 }
 
 void sa_backoff::candidates(std::vector<token_id> & out, tree_expander & x) const {
-    expand_params ep;
-    ep.n_top     = 1;
-    ep.depth_max = 1;
-    ep.scan_max  = p_.scan_max;
     for (const level & lv : levels_) {
         if (lv.count <= p_.scan_max) {
             // Few occurrences: the most frequent of the counted next tokens.
@@ -134,17 +131,45 @@ void sa_backoff::candidates(std::vector<token_id> & out, tree_expander & x) cons
             }
             continue;
         }
-        roots_.clear();
-        for (std::size_t i = 0; i < shards_.size(); ++i) {
-            if (!ranges_[lv.at + i].empty()) {
-                roots_.push_back({&shards_[i], ranges_[lv.at + i]});
-            }
-        }
-        const cand_tree & t = x.expand_sa(roots_, static_cast<std::uint32_t>(lv.len), ep);
-        if (!t.nodes.empty() && std::find(out.begin(), out.end(), t.nodes[0].token) == out.end()) {
-            out.push_back(t.nodes[0].token);
+        const token_id top = top_of(lv, x);
+        if (top >= 0 && std::find(out.begin(), out.end(), top) == out.end()) {
+            out.push_back(top);
         }
     }
+}
+
+token_id sa_backoff::top_of(const level & lv, tree_expander & x) const {
+    const std::span<const sa_range> ranges(ranges_.data() + lv.at, shards_.size());
+    std::uint64_t                   h = static_cast<std::uint64_t>(lv.len);
+    auto mix = [&h](std::uint64_t v) {  // splitmix64's finaliser over the running hash
+        h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+        h ^= h >> 31;
+    };
+    for (const sa_range & r : ranges) {
+        mix(r.lo);
+        mix(r.hi);
+    }
+    if (const auto it = tops_.find(h); it != tops_.end() && it->second.len == lv.len &&
+                                       std::equal(ranges.begin(), ranges.end(), it->second.ranges.begin(), it->second.ranges.end())) {
+        return it->second.top;
+    }
+    expand_params ep;
+    ep.n_top     = 1;
+    ep.depth_max = 1;
+    ep.scan_max  = p_.scan_max;
+    roots_.clear();
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        if (!ranges[i].empty()) {
+            roots_.push_back({&shards_[i], ranges[i]});
+        }
+    }
+    const cand_tree & t   = x.expand_sa(roots_, static_cast<std::uint32_t>(lv.len), ep);
+    const token_id    top = t.nodes.empty() ? -1 : t.nodes[0].token;
+    if (tops_.size() >= k_tops_max) tops_.clear();
+    tops_[h] = top_entry{lv.len, {ranges.begin(), ranges.end()}, top};
+    return top;
 }
 
 }  // namespace rest

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace rest {
@@ -52,6 +53,9 @@ class sa_backoff {
     double prob(token_id t) const;
     // Appends each level's most frequent continuation (those not already in out); x is scratch.
     void candidates(std::vector<token_id> & out, tree_expander & x) const;
+    // Forgets the continuations remembered for frequent levels (see tops_): a new request may draft from other
+    // shards at the same addresses (a corpus added, a history grown).
+    void forget() { tops_.clear(); }
 
     int           n_levels() const { return static_cast<int>(levels_.size()); }
     int           len(int level = 0) const { return levels_[static_cast<std::size_t>(level)].len; }
@@ -75,6 +79,17 @@ class sa_backoff {
     mutable std::vector<sa_root> roots_;
     mutable std::vector<token_id> buf_;
     mutable std::vector<std::pair<token_id, std::uint64_t>> tally_;
+    // The most frequent continuation of levels of more than scan_max occurrences, by their ranges. Such levels are
+    // short, frequent matches that recur along a request (an indent, "self."), and finding their continuation
+    // probes the suffix array for every child (expand_sa). Kept until forget() or until set() gets other shards.
+    struct top_entry {
+        int                   len = 0;
+        std::vector<sa_range> ranges;
+        token_id              top = -1;
+    };
+    mutable std::unordered_map<std::uint64_t, top_entry> tops_;
+    static constexpr std::size_t                          k_tops_max = 4096;  // then forgotten at once
+    token_id top_of(const level & lv, tree_expander & x) const;
 };
 
 }  // namespace rest
