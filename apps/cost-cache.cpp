@@ -151,7 +151,7 @@ std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx
 
 namespace {
 
-constexpr int k_state_version = 4;  // 4: prediction source and classes
+constexpr int k_state_version = 5;  // 4: prediction source and classes; 5: shape values
 
 // One datastore keys as it did before several could be given; none as the empty path.
 std::string state_key(const std::string & key, const std::vector<std::string> & index_paths) {
@@ -170,7 +170,7 @@ std::string budget_state_to_json(const rest::budget_state & s, const std::string
     for (const auto & [rows, ratio] : s.cost_ratio) costs.push_back({rows, ratio});
     return nlohmann::json{{"format", "rest-budget-state"}, {"version", k_state_version}, {"key", key},
                           {"acceptance", acc}, {"cost_ratio", costs}, {"cost_ratio_all", s.cost_ratio_all},
-                          {"t_draft_us", s.t_draft_us}, {"t_draft_node_us", s.t_draft_node_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}}.dump(1) + "\n";
+                          {"t_draft_us", s.t_draft_us}, {"t_draft_node_us", s.t_draft_node_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}, {"shape_values", s.shape_values}}.dump(1) + "\n";
 }
 
 std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key,
@@ -211,6 +211,7 @@ std::optional<rest::budget_state> budget_state_from_json(const std::string & tex
         s.spent_us        = j.at("spent_us").get<std::vector<double>>();
         s.n_off           = int32s(j.at("n_off"));
         s.off_left        = int32s(j.at("off_left"));
+        s.shape_values    = j.at("shape_values").get<std::vector<double>>();
         return s;
     } catch (const std::exception & e) {
         why = e.what();

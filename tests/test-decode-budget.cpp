@@ -391,12 +391,15 @@ std::vector<std::int32_t> run_single(online_budget & b, const cost_table & c, in
     return rows_of;
 }
 
-draft_tree two_sure_nodes(int) {
+// A first node right 74% of the time and a second right `second` of the time after it.
+draft_tree two_nodes(float second) {
     draft_tree t;
     t.add(100, -1, 0.74f, 1);
-    t.add(101, 0, 0.74f * 0.84f, 1);
+    t.add(101, 0, 0.74f * second, 1);
     return t;
 }
+
+draft_tree two_sure_nodes(int) { return two_nodes(0.84f); }
 
 TEST(online_budget, a_shape_that_pays_over_the_steps_after_it_is_worth_its_change) {
     // The demo model at one thread on a Zen 5 (measured): 2 rows 121 us, 3 rows 155, a change of shape +40; drafts
@@ -412,6 +415,24 @@ TEST(online_budget, a_shape_that_pays_over_the_steps_after_it_is_worth_its_chang
     int at3 = 0;
     for (std::size_t i = 120; i < rows.size(); ++i) at3 += rows[i] == 3;
     EXPECT_GE(at3, 95) << "steps of 3 rows among the last 100";
+}
+
+TEST(online_budget, a_warm_start_goes_to_the_shape_the_last_run_learned_at_once) {
+    // As above, with a second node right 95% of the time: a run that learned 3 rows is worth the change from 2; a
+    // process started from its state (a one-shot `rest generate`) moves there at its first choice, where a cold
+    // one stays at 2 rows.
+    cost_table c = table_of({1, 2, 3, 4, 8}, {160, 121, 155, 186, 353});
+    c.rebuild_us = 40;
+    online_budget first(c, no_exploration());
+    run_single(first, c, 220, [](int step) { return step < 20 ? chain(1, 0.74f) : two_nodes(0.95f); }, 2);
+    const budget_state learned = first.export_state();
+    ASSERT_GT(learned.shape_values.size(), 3u);
+    online_budget warm(c, no_exploration(), &learned), cold(c, no_exploration());
+    for (online_budget * b : {&warm, &cold}) {
+        for (int k = 0; k < 3; ++k) b->observe_step(step_of(2, 121, 0, 2, true));  // a rate measured at 2 rows
+    }
+    EXPECT_EQ(choose_one(warm, two_nodes(0.95f)), 2);
+    EXPECT_EQ(choose_one(cold, two_nodes(0.95f)), 1);
 }
 
 TEST(online_budget, plain_steps_win_where_a_drafting_shape_loses_over_the_steps_after_it) {

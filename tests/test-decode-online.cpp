@@ -333,6 +333,7 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     bad.plain_us       = {NAN, -2, 0.5, 1};
     bad.spent_us       = {1, 1, INFINITY};
     bad.n_off          = {1 << 30};
+    bad.shape_values   = {0, NAN, 1e300};
     online_budget b(k_cpu, {}, &bad);
     // Finite but absurd values are ignored too: drafting a thousand plain steps' worth, a gain of a million.
     budget_state absurd;
@@ -341,6 +342,7 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     absurd.plain_us        = {1e6 * 77};
     absurd.spent_us        = {77};
     absurd.cost_ratio      = {{1 << 30, 1.0}, {2, 1.0}};
+    absurd.shape_values.assign(1 << 20, 0.0);  // more shapes than any pass has
     online_budget a(k_cpu, {}, &absurd);
     const draft_tree good = chain(8, 0.9f);
     EXPECT_GT(choose_one(a, good), 0) << "an absurd drafting time from a file must not switch drafting off";

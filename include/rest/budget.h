@@ -69,6 +69,8 @@ struct budget_state {
     std::vector<double>       spent_us;
     std::vector<std::int32_t> n_off;
     std::vector<std::int32_t> off_left;  // plain steps left before the next probe (0: drafting)
+    // One request's learned value of being at each pass shape, by rows (index 0 unused; in tokens).
+    std::vector<double>       shape_values;
 };
 
 class budget_policy {

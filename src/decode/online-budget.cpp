@@ -53,6 +53,14 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
             est_for(rows, 1).add(ratio);
         }
     }
+    // Shape values are tokens over the discount's horizon: at most what the largest step emits, every step.
+    const double value_max = (params_.n_max + 1.0) / (1.0 - params_.value_discount);
+    const auto & sv        = warm->shape_values;
+    if (sv.size() <= (std::size_t) params_.n_max + 2 &&
+        std::all_of(sv.begin(), sv.end(), [&](double v) { return std::isfinite(v) && std::abs(v) <= value_max; })) {
+        values_ = sv;
+        find_value_top();
+    }
     auto bounded = [&](double v, double hi) { return v > 0 && v <= hi ? v : 0.0; };
     t_draft_us_      = bounded(warm->t_draft_us, 10 * t_plain);
     t_draft_node_us_ = bounded(warm->t_draft_node_us, 10 * t_plain);
@@ -416,7 +424,6 @@ void online_budget::learn_values(std::span<const double> q_stay, std::span<const
         best[k].second = std::max(best[k].second, q_stay[r]);
     }
     if (values_.size() < q_stay.size()) values_.resize(q_stay.size(), 0.0);
-    double top = -HUGE_VAL;
     for (std::size_t r = 1; r < q_stay.size(); ++r) {
         double target = q_stay[r];
         for (std::size_t k = 0; k < n_best; ++k) {
@@ -425,6 +432,12 @@ void online_budget::learn_values(std::span<const double> q_stay, std::span<const
         }
         values_[r] += params_.value_ema * (target - values_[r]);
     }
+    find_value_top();
+}
+
+void online_budget::find_value_top() {
+    double top = -HUGE_VAL;
+    value_top_ = 0;
     for (std::size_t r = 2; r < values_.size(); ++r) {
         if (values_[r] > top) {
             top        = values_[r];
@@ -786,6 +799,7 @@ budget_state online_budget::export_state() const {
         if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
     }
     s.t_draft_node_us = t_draft_node_us_;
+    s.shape_values    = values_;
     for (std::size_t c = 0; c < k_classes; ++c) {
         const mode & m = mode_[c];
         s.plain_us.push_back(m.t_plain);

@@ -224,6 +224,7 @@ class online_budget final : public budget_policy {
     // shape's value moves towards the best it could have done from there: staying, or changing to the best shape
     // (the change priced). Shapes past q_stay's end are not updated.
     void  learn_values(std::span<const double> q_stay, std::span<const std::int32_t> threads);
+    void  find_value_top();  // value_top_ from values_
     double value_of(std::int32_t rows) const {
         return rows >= 0 && (std::size_t) rows < values_.size() ? values_[(std::size_t) rows] : 0.0;
     }
