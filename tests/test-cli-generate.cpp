@@ -227,6 +227,7 @@ TEST_F(generate_cli, budget_state_is_saved_read_and_a_corrupt_one_ignored) {
     EXPECT_EQ(state["format"], "rest-budget-state");
     EXPECT_TRUE(state["version"].is_number_integer());
     EXPECT_FALSE(state["acceptance"].empty());
+    EXPECT_TRUE(state.contains("shape_values"));
 
     const auto second = gen("");  // warm
     ASSERT_EQ(second.code, 0) << second.err;

@@ -448,7 +448,7 @@ TEST(online_budget, plain_steps_win_where_a_drafting_shape_loses_over_the_steps_
     EXPECT_GE(plain, 48) << "plain steps among the last 50";
 }
 
-TEST(online_budget, a_round_trip_across_thread_counts_is_priced_with_both_switches) {
+TEST(online_budget, a_change_of_thread_count_is_learned_apart_and_charged_where_it_happens) {
     // Plain passes on the context's 2 threads, 2-row passes on 1 (the table's fastest), as on the Zen 5 CPU.
     // Switching to 1 thread was measured to add 400 us, back to 2 threads 600: each is learned apart.
     cost_table c = table_of({1, 2, 3, 4, 8}, {300, 200, 290, 380, 750});

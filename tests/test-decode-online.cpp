@@ -352,6 +352,8 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     EXPECT_NEAR(b.calibrated(0.5f, 1), 0.5, 1e-9);
     EXPECT_TRUE(b.want_draft(1, false));
     EXPECT_TRUE(b.want_draft(2, false));
+    EXPECT_TRUE(b.export_state().shape_values.empty()) << "a NaN or huge shape value is not taken";
+    EXPECT_TRUE(a.export_state().shape_values.empty()) << "more shapes than a pass can have are not taken";
 }
 
 }  // namespace

@@ -220,6 +220,7 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // both changes, at its two ends.) Charging each change only where it happens made a step that had drafted keep
     // verifying nodes that do not pay in steady state: stories260K at one thread on a Zen 5 CPU verified nodes of
     // p > 0.34 where 0.75 is the break-even (automatic 0.94-0.98x of the best method, plain, against 0.98-0.99x now).
+    // (For batches of several requests; one request's shapes carry learned values instead: below.)
     // Drafting prevails where it was measured to pay (drafting_pays()), or, until drafting is measured to lose, where
     // the cheapest drafting pass costs no more than a plain one whatever its nodes are worth (a single row on two
     // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two
@@ -430,7 +431,7 @@ void online_budget::learn_values(std::span<const double> q_stay, std::span<const
             const double change = change_us(best[k].first, threads[r]) * slowdown(best[k].first);
             target              = std::max(target, best[k].second - rate * change);
         }
-        values_[r] += params_.value_ema * (target - values_[r]);
+        if (std::isfinite(target)) values_[r] += params_.value_ema * (target - values_[r]);  // none sticks
     }
     find_value_top();
 }
@@ -562,13 +563,18 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         ++next[pick];
         ++rows;
         expected += pv;
-        double rate = worth(expected, drafting_step_us(rows, b.n_past, 1, seqs));
+        double rate;
         if (single) {
-            const std::int32_t t = threads_of(rows, 1);
-            rate += discount * value_of(rows);
-            q_stay.push_back(worth(expected, predict_on(rows, b.n_past, 1, seqs, t) * slowdown(t) + t_draft_us_) +
-                             discount * value_of(rows));
+            // step_us() for one request, priced once: its steady time, and a change charged alone.
+            const std::int32_t t      = threads_of(rows, 1);
+            const double       slow   = slowdown(t);
+            const double       steady = predict_on(rows, b.n_past, 1, seqs, t) * slow + t_draft_us_;
+            const double       change = same_shape(rows, 1, seqs) ? 0.0 : change_us(t, last_threads_) * slow;
+            q_stay.push_back(worth(expected, steady) + discount * value_of(rows));
             q_threads.push_back(t);
+            rate = worth(expected, steady + change) + discount * value_of(rows);
+        } else {
+            rate = worth(expected, drafting_step_us(rows, b.n_past, 1, seqs));
         }
         if (rate > best_rate) {
             best_rate = rate;

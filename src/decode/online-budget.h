@@ -15,6 +15,10 @@
 //    to: the per-step choice maximises the first two's expected tokens net of their time at the rate decoding runs
 //    at (see worth()), and where drafting loses by more than the
 //    steps' spread explains, it is switched off and probed again after 8, 16, ... off_max plain steps.
+// What a change of shape costs is paid once, but earns (or loses) over the steps after it. For one request each
+// pass shape (its rows; plain is 1) has a learned value, what being there is worth over the next ~20 steps, which
+// the choice adds to a step's worth (learn_values()); batches of several requests are charged a change of regime
+// (plain or drafting) on leaving the one that prevails instead (priced_change_us()).
 #pragma once
 
 #include "rest/budget.h"
@@ -110,7 +114,7 @@ class online_budget final : public budget_policy {
     double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting, as chosen, beats plain decoding for the current class by more than the steps' spread explains.
     bool   drafting_pays() const;
-    // The regime priced as prevailing (see priced_change_us()): drafting pays, or, not measured to lose, its cheapest
+    // The regime priced as prevailing for batches of several requests (see priced_change_us()): drafting pays, or, not measured to lose, its cheapest
     // pass (n_equal as in step_report) costs no more than a plain one at n_past.
     bool   drafting_prevails(std::int32_t n_past, std::size_t n_equal = 1) const;
     // Whether drafting is switched off for batches of n_requests now.
@@ -222,7 +226,9 @@ class online_budget final : public budget_policy {
     // From one request's step: q_stay[r] is what a step of r rows (r >= 1, 0 unused) was worth with this draft,
     // without a change of shape, plus the discounted value of being at r; threads[r] the pass's thread count. Each
     // shape's value moves towards the best it could have done from there: staying, or changing to the best shape
-    // (the change priced). Shapes past q_stay's end are not updated.
+    // (the change priced). Shapes past q_stay's end are not updated. Values are by rows only: in the tree layout
+    // the same rows with other leaves are another graph, so staying is valued a little above what it earns there.
+    // One table serves a request with and without a prediction, whose rates differ (worth() prices each at its own).
     void  learn_values(std::span<const double> q_stay, std::span<const std::int32_t> threads);
     void  find_value_top();  // value_top_ from values_
     double value_of(std::int32_t rows) const {

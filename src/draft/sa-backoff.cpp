@@ -6,7 +6,7 @@ namespace rest {
 
 void sa_backoff::set(std::span<const index_shard> shards, std::span<const sa_match> matches, int len,
                      std::span<const token_id> text, const backoff_params & p, std::span<sa_bigram_memo> memos) {
-    if (shards.data() != shards_.data() || shards.size() != shards_.size()) tops_.clear();
+    if (shards.data() != shards_.data() || shards.size() != shards_.size() || p.scan_max != p_.scan_max) tops_.clear();
     shards_ = shards;
     p_      = p;
     levels_.clear();
