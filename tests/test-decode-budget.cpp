@@ -435,6 +435,26 @@ TEST(online_budget, a_warm_start_goes_to_the_shape_the_last_run_learned_at_once)
     EXPECT_EQ(choose_one(cold, two_nodes(0.95f)), 1);
 }
 
+TEST(online_budget, one_slow_pass_does_not_price_every_shape_on_its_threads) {
+    // A process's first passes are slow while the model's pages come in (a 1.1B Q8_0 model's 2-row tree pass: 104
+    // ms, then 62 steady). One such pass must not make every shape never measured on those threads look twice as
+    // dear (then no longer tree was ever verified, and none was measured); many of them must.
+    const cost_table c = table_of({1, 2, 4, 8, 16}, {100, 110, 120, 130, 170});
+    online_budget    b(c, no_exploration());
+    auto pass = [&](std::int32_t rows, double us) {
+        step_report r       = step_of(rows, us, 0, 1, rows > 1);
+        r.n_threads         = 2;
+        r.n_threads_context = 2;
+        b.observe_step(r);
+    };
+    pass(1, 100);  // a process's first pass is not learned from
+    pass(1, 100);
+    pass(2, 3 * 110);
+    EXPECT_LT(b.predict_us(8, 10), 1.5 * 130) << "one slow pass";
+    for (int k = 0; k < 30; ++k) pass(2, 3 * 110);
+    EXPECT_GT(b.predict_us(8, 10), 2.5 * 130) << "passes on these threads are slow";
+}
+
 TEST(online_budget, plain_steps_win_where_a_drafting_shape_loses_over_the_steps_after_it) {
     // stories260K at one thread on a Zen 5: a second row costs 88 us over a plain pass's 113, a change 40. A node
     // right half the time: from a 2-row pass, staying (1.5 tokens in 201 us) beats one plain step after a change

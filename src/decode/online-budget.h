@@ -251,6 +251,7 @@ class online_budget final : public budget_policy {
     cost_est                                    rebuild_;          // microseconds a change of shape added
     std::vector<cost_est>                       switch_;           // [to threads]: ... and of thread count
     std::vector<double>                         ratio_threads_;    // [threads]: EMA over its shapes (0: none yet)
+    std::vector<std::int64_t>                   ratio_threads_n_;  // [threads]: drafting passes in it
     std::vector<std::pair<double, std::int64_t>> slow_threads_;    // [threads]: EMA of time over typical time, step
     std::int32_t                                last_threads_ = 0; // threads of the last observed pass (0: unknown)
     std::int32_t                                context_threads_ = 0; // the context's threads (plain passes')
