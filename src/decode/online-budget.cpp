@@ -186,8 +186,9 @@ std::int32_t online_budget::threads_of(std::int32_t n_rows, std::size_t n_equal)
 }
 
 double online_budget::shared_ratio(std::int32_t threads) const {
-    return threads > 0 && (std::size_t) threads < ratio_threads_.size() && ratio_threads_[threads] > 0 ? ratio_threads_[threads]
-                                                                                                      : ratio_all_;
+    return threads > 0 && (std::size_t) threads < ratio_threads_.size() && ratio_threads_[threads].first > 0
+               ? ratio_threads_[threads].first
+               : ratio_all_;
 }
 
 double online_budget::predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
@@ -268,6 +269,15 @@ double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past,
     // Drafting is paid once per step whatever the step's size: leaving it out would favour the cheapest passes over
     // longer drafts that amortise it over more tokens.
     return step_us(n_rows, n_past, n_equal, n_seqs) + t_draft_us_;
+}
+
+online_budget::single_price online_budget::price_single(std::int32_t n_rows, std::int32_t n_past, std::int32_t n_seqs) const {
+    single_price p;
+    p.threads         = threads_of(n_rows, 1);
+    const double slow = slowdown(p.threads);
+    p.steady_us       = predict_on(n_rows, n_past, 1, n_seqs, p.threads) * slow;
+    p.change_us       = same_shape(n_rows, 1, n_seqs) ? 0.0 : change_us(p.threads, last_threads_) * slow;
+    return p;
 }
 
 double online_budget::loss_noise(const mode & m) const {
@@ -522,7 +532,8 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     // The pass's sequences are counted along (a node adds one unless its parent was a leaf; padding continues the
     // last node, a leaf), so that a change of tree shape is priced like a change of rows.
     const std::int32_t rows_plain = (std::int32_t) nq, seqs_plain = (std::int32_t) nq;
-    const double       plain_us   = step_us(rows_plain, b.n_past, 1, seqs_plain);
+    const single_price plain      = nq == 1 ? price_single(1, b.n_past, 1) : single_price{};
+    const double       plain_us   = nq == 1 ? plain.steady_us + plain.change_us : step_us(rows_plain, b.n_past, 1, seqs_plain);
     std::int32_t rows      = rows_plain;
     std::int32_t seqs      = seqs_plain;
     double       expected  = (double) nq;
@@ -534,10 +545,8 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     std::vector<double> &       q_stay    = scratch_.q_stay;
     std::vector<std::int32_t> & q_threads = scratch_.q_threads;
     if (single) {
-        const std::int32_t t = threads_of(1, 1);
-        q_stay.assign(2, 0.0);
-        q_threads.assign(2, t);
-        q_stay[1] = worth(expected, predict_on(1, b.n_past, 1, 1, t) * slowdown(t)) + discount * value_of(1);
+        q_stay.assign(2, worth(expected, plain.steady_us) + discount * value_of(1));  // [1]: plain ([0] unused)
+        q_threads.assign(2, plain.threads);
     }
     scratch_.has_child.resize(nq);
     for (size_t i = 0; i < nq; ++i) scratch_.has_child[i].assign(b.lim[i] + 1, 0);
@@ -565,14 +574,11 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         expected += pv;
         double rate;
         if (single) {
-            // step_us() for one request, priced once: its steady time, and a change charged alone.
-            const std::int32_t t      = threads_of(rows, 1);
-            const double       slow   = slowdown(t);
-            const double       steady = predict_on(rows, b.n_past, 1, seqs, t) * slow + t_draft_us_;
-            const double       change = same_shape(rows, 1, seqs) ? 0.0 : change_us(t, last_threads_) * slow;
+            const single_price p      = price_single(rows, b.n_past, seqs);
+            const double       steady = p.steady_us + t_draft_us_;  // drafting_step_us() in parts
             q_stay.push_back(worth(expected, steady) + discount * value_of(rows));
-            q_threads.push_back(t);
-            rate = worth(expected, steady + change) + discount * value_of(rows);
+            q_threads.push_back(p.threads);
+            rate = worth(expected, steady + p.change_us) + discount * value_of(rows);
         } else {
             rate = worth(expected, drafting_step_us(rows, b.n_past, 1, seqs));
         }
@@ -764,8 +770,7 @@ void online_budget::observe_step(const step_report & r) {
             // ones, slow while the model's pages come in: 104 ms where a 2-row pass of a 1.1B Q8_0 model takes 62)
             // cannot set what every unmeasured shape on these threads costs; set from it, the tree layout priced
             // every longer tree 1.8x dear and never verified one in 1 of 3 runs.
-            double &       rt = per_threads(ratio_threads_, r.n_threads, 0.0);
-            std::int64_t & n  = per_threads(ratio_threads_n_, r.n_threads, std::int64_t{0});
+            auto & [rt, n] = per_threads(ratio_threads_, r.n_threads, {0.0, 0});
             if (!(rt > 0)) rt = ratio_all_;
             const double w = std::max(params_.time_ema, 1.0 / (double) (++n + 2));
             rt             = (1 - w) * rt + w * std::clamp(steady / base, 0.5 * rt, 2.0 * rt);

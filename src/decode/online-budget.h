@@ -185,6 +185,13 @@ class online_budget final : public budget_policy {
     cost_est &       est_for(std::int32_t n_rows, std::size_t n_equal);
     static constexpr std::int32_t k_rows_flat = 4096;
     double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const;
+    // step_us() of one request's pass in parts: its steady time and the change charged if its shape is not the last
+    // pass's (priced_change_us() charges one request the change alone), both times its threads' slowdown.
+    struct single_price {
+        double       steady_us = 0, change_us = 0;
+        std::int32_t threads   = 0;
+    };
+    single_price price_single(std::int32_t n_rows, std::int32_t n_past, std::int32_t n_seqs) const;
     // Whether a pass of this shape follows the last one without a graph rebuild; n_seqs 0 (or none reported) is
     // not compared.
     bool   same_shape(std::int32_t n_rows, std::size_t n_equal, std::int32_t n_seqs) const {
@@ -250,8 +257,8 @@ class online_budget final : public budget_policy {
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     cost_est                                    rebuild_;          // microseconds a change of shape added
     std::vector<cost_est>                       switch_;           // [to threads]: ... and of thread count
-    std::vector<double>                         ratio_threads_;    // [threads]: EMA over its shapes (0: none yet)
-    std::vector<std::int64_t>                   ratio_threads_n_;  // [threads]: drafting passes in it
+    // [threads]: EMA over its shapes (0: none yet), and the drafting passes in it (see observe_step()).
+    std::vector<std::pair<double, std::int64_t>> ratio_threads_;
     std::vector<std::pair<double, std::int64_t>> slow_threads_;    // [threads]: EMA of time over typical time, step
     std::int32_t                                last_threads_ = 0; // threads of the last observed pass (0: unknown)
     std::int32_t                                context_threads_ = 0; // the context's threads (plain passes')

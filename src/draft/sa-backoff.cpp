@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <xxhash.h>
+
 namespace rest {
 
 void sa_backoff::set(std::span<const index_shard> shards, std::span<const sa_match> matches, int len,
@@ -140,17 +142,7 @@ void sa_backoff::candidates(std::vector<token_id> & out, tree_expander & x) cons
 
 token_id sa_backoff::top_of(const level & lv, tree_expander & x) const {
     const std::span<const sa_range> ranges(ranges_.data() + lv.at, shards_.size());
-    std::uint64_t                   h = static_cast<std::uint64_t>(lv.len);
-    auto mix = [&h](std::uint64_t v) {  // splitmix64's finaliser over the running hash
-        h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-        h ^= h >> 31;
-    };
-    for (const sa_range & r : ranges) {
-        mix(r.lo);
-        mix(r.hi);
-    }
+    const std::uint64_t             h = XXH3_64bits_withSeed(ranges.data(), ranges.size_bytes(), static_cast<std::uint64_t>(lv.len));
     if (const auto it = tops_.find(h); it != tops_.end() && it->second.len == lv.len &&
                                        std::equal(ranges.begin(), ranges.end(), it->second.ranges.begin(), it->second.ranges.end())) {
         return it->second.top;
