@@ -2,7 +2,7 @@
 // first steps (cold) and once it runs (warm). Issue 20's figure: retrieval plus a 16-node tree per step.
 //
 //   bench-draft-index -m MODEL.gguf --index IDX [--index IDX2 ...] [--budget 16] [--steps 20000] [--cold 10]
-//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] [--probe-max N] FILE...
+//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] [--probe-max N] [--dump FILE] FILE...
 //
 // FILEs are text files fed token by token as if the model were generating them (held-out code, ideally not in the
 // index). Each document starts with reset() on its first --prompt tokens, then every step is accept(one token) +
@@ -11,6 +11,10 @@
 //
 // --probe-max sets the drafter's cap on suffix-array probes per step (n_probe_max, default 16384): what capping the
 // work per step buys against what it costs in hit rate.
+//
+// --dump writes one line per step (wall us, probes, match us, finds), the cold steps included. The same steps in
+// two runs of a binary are slow or fast together (log-wall correlation 0.90 on /usr/include): the slow ones are slow
+// for their work, and the minimum of two runs per step compares binaries with the machine's noise mostly removed.
 //
 // --evict asks the kernel to drop the index files from the page cache (posix_fadvise DONTNEED: only these files,
 // nothing else on the machine) before opening them, and reports how much of each was resident before and after
@@ -37,6 +41,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +117,17 @@ void evict(const std::string & path) {
 
 double pct(const std::vector<double> & sorted, double q) { return bench::percentile_of_sorted(sorted, q); }
 
+void dump_steps(const std::string & path, const std::vector<double> & wall, const std::vector<double> & probes,
+                const std::vector<double> & match_us, const std::vector<double> & finds) {
+    std::ofstream out(path);
+    for (std::size_t i = 0; i < wall.size(); ++i) {
+        out << wall[i] << ' ' << probes[i] << ' ' << match_us[i] << ' ' << finds[i] << '\n';
+    }
+    if (!out) {
+        throw std::runtime_error("cannot write " + path);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -122,6 +138,7 @@ int main(int argc, char ** argv) {
     bool                     do_evict = false, all_sources = false;
     int                      settle_ms = 0;
     long long                probe_max = -1;  // drafter_params::n_probe_max (-1: the default)
+    std::string              dump_path;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto              v = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -135,6 +152,7 @@ int main(int argc, char ** argv) {
         else if (a == "--all-sources") all_sources = true;
         else if (a == "--settle-ms") settle_ms = std::stoi(v());
         else if (a == "--probe-max") probe_max = std::stoll(v());
+        else if (a == "--dump") dump_path = v();
         else files.push_back(a);
     }
     if (model.empty() || indexes.empty() || files.empty()) {
@@ -235,6 +253,9 @@ int main(int argc, char ** argv) {
             }
         }
 
+        if (!dump_path.empty()) {
+            dump_steps(dump_path, wall, probes, match_us, finds);
+        }
         std::printf("first reset (prompt of %zu tokens): %.1f us wall, %.1f us CPU, %ld major faults\n", n_prompt,
                     reset_us, reset_cpu_us, reset_faults);
         const std::size_t n_c = std::min<std::size_t>(static_cast<std::size_t>(n_cold), wall.size());
