@@ -257,7 +257,8 @@ void run_build(const build_args & a) {
     p.index.n_shard_tokens_max = a.shard_tokens;
     std::uint64_t base_docs = 0, base_tokens = 0;
     if (a.append) {
-        const auto base = rest::datastore::open(a.output);  // one-line error for a missing or bad index
+        // A one-line error for a missing or bad index; the builder reads the base once.
+        const auto base = rest::datastore::open(a.output, 0, "", rest::datastore::access::one_pass);
         lock_index(a.output);
         base_docs       = base->info().n_documents;
         base_tokens     = base->info().n_tokens;
@@ -304,13 +305,14 @@ void run_build(const build_args & a) {
                        1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     std::printf("time: %.1f s total (%.1f s CPU), tokenize %.1f s (%s tok/s, %d threads), sort %.1f s (%.1f s CPU), "
                 "write %.1f s\n",
-                seconds_since(t0), cpu, s.t_tokenize_s, si(i.n_tokens / std::max(s.t_tokenize_s, 1e-3)).c_str(),
+                seconds_since(t0), cpu, s.t_tokenize_s,
+                si((i.n_tokens - base_tokens) / std::max(s.t_tokenize_s, 1e-3)).c_str(),  // the tokens tokenized
                 p.n_threads, s.t_sort_s, s.t_sort_cpu_s, s.t_write_s);
 }
 
 void run_compact(const std::string & path, std::uint64_t shard_tokens) {
     const auto t0     = clock_type::now();
-    const auto before = rest::datastore::open(path)->info();
+    const auto before = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass)->info();
     lock_index(path);
     rest::index_builder_params p;
     p.n_shard_tokens_max = shard_tokens;
@@ -325,7 +327,7 @@ void run_compact(const std::string & path, std::uint64_t shard_tokens) {
 
 void run_verify(const std::string & path) {
     const auto t0 = clock_type::now();
-    const auto ds = rest::datastore::open(path);
+    const auto ds = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
     ds->verify();
     const auto & i = ds->info();
     std::printf("%s: OK, %zu shard(s), %llu tokens, %llu bytes checked in %.2f s\n", path.c_str(), i.n_shards,
@@ -334,7 +336,7 @@ void run_verify(const std::string & path) {
 
 void run_inspect(const std::string & path, bool as_json) {
     const auto   t0      = clock_type::now();
-    const auto   ds      = rest::datastore::open(path);
+    const auto   ds      = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
     const double t_open  = seconds_since(t0);
     const auto & i       = ds->info();
     const double per_tok = i.n_tokens ? double(i.n_bytes) / double(i.n_tokens) : 0.0;

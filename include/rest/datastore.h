@@ -31,13 +31,18 @@ class datastore {
   public:
     virtual ~datastore() = default;
 
+    // What the caller will do with an open datastore: lookups (drafting), or at most one pass over its bytes
+    // (inspect, verify, append, compact), which a background page prefetch would only double in memory and I/O.
+    enum class access { lookups, one_pass };
+
     // Opens a datastore file or shard directory by mmap. Throws user_error naming the path and the problem
     // (missing, truncated, wrong magic, future version). If expected_fingerprint is non-zero and differs from
-    // the index's, throws user_error naming both tokenizers. A file of 64 MiB or more (up to half the RAM) also
-    // gets a background thread that maps its pages into the process, so lookups stop taking page faults soon after
-    // (REST_INDEX_PREFETCH=0 turns it off); destroying the datastore stops it within one 32 MiB step.
+    // the index's, throws user_error naming both tokenizers. For lookups, a file of 1 MiB or more (up to half the
+    // RAM) also gets a background thread that maps its pages into the process, so lookups stop taking page faults
+    // soon after (REST_INDEX_PREFETCH=0 turns it off); destroying the datastore stops it within one 32 MiB step.
     static std::unique_ptr<datastore> open(const std::string & path, std::uint64_t expected_fingerprint = 0,
-                                           const std::string & expected_description = "");
+                                           const std::string & expected_description = "",
+                                           access how = access::lookups);
     // Several datastores as one (`--index A --index B`): their shards in the order given, counts summed. They must
     // share a tokenizer (user_error naming the odd one out). One path is open(path).
     static std::unique_ptr<datastore> open(const std::vector<std::string> & paths, std::uint64_t expected_fingerprint = 0,

@@ -41,7 +41,8 @@ std::string printable_magic(const std::uint8_t * p) {
 
 class mmap_datastore final : public datastore {
   public:
-    mmap_datastore(const std::string & path, std::uint64_t expected_fp, const std::string & expected_desc) :
+    mmap_datastore(const std::string & path, std::uint64_t expected_fp, const std::string & expected_desc,
+                   access how) :
         path_(path), map_(path) {
         const std::uint8_t * base = map_.data();
         const std::uint64_t  size = map_.size();
@@ -118,7 +119,9 @@ class mmap_datastore final : public datastore {
                  std::to_string(hd_.n_tokens) + " in the header)");
         }
         // Every check passed: map the pages in behind the caller's back (from 1 MiB; see page_prefetcher).
-        prefetch_.start(base, size);
+        if (how == access::lookups) {
+            prefetch_.start(base, size);
+        }
 
         info_.format_version        = hd_.version;
         info_.tokenizer_fingerprint = hd_.tokenizer_fingerprint;
@@ -241,8 +244,8 @@ class multi_datastore final : public datastore {
 }  // namespace
 
 std::unique_ptr<datastore> datastore::open(const std::string & path, std::uint64_t expected_fingerprint,
-                                           const std::string & expected_description) {
-    return std::make_unique<mmap_datastore>(path, expected_fingerprint, expected_description);
+                                           const std::string & expected_description, access how) {
+    return std::make_unique<mmap_datastore>(path, expected_fingerprint, expected_description, how);
 }
 
 std::unique_ptr<datastore> datastore::open(const std::vector<std::string> & paths, std::uint64_t expected_fingerprint,

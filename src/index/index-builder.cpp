@@ -9,6 +9,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -92,7 +93,7 @@ struct index_builder::impl {
     // over it; readers that have it open keep their inode.
     void copy_shards_of(const std::string & base) {
         const file_mapping map(base);
-        const auto         ds = datastore::open(base, tok.fingerprint, tok.description);
+        const auto ds = datastore::open(base, tok.fingerprint, tok.description, datastore::access::one_pass);
         if (ds->info().n_vocab != tok.n_vocab || ds->info().token_width != token_width) {
             throw user_error("index '" + base + "' has a " + std::to_string(ds->info().n_vocab) +
                              "-token vocabulary, the tokenizer " + std::to_string(tok.n_vocab));
@@ -138,13 +139,16 @@ struct index_builder::impl {
         n_tokens    = hd.n_tokens;
     }
 
-    // Appends bytes at the current end; returns their xxh3.
+    // Appends bytes at the current end; returns their xxh3. p is page-aligned (sections start on 4096-byte
+    // boundaries of a mapping). Each chunk's pages leave this process once copied: they stay in the page cache, but
+    // a 3.3 GB base index no longer shows (and counts) as 3.3 GB of resident memory of the append.
     std::uint64_t copy_section(const std::uint8_t * p, std::uint64_t bytes) {
         xxh3_stream h;
         for (std::uint64_t off = 0; off < bytes; off += 64u << 20) {
             const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(64u << 20, bytes - off));
             h.update(p + off, k);
             out.write(p + off, k);
+            (void) ::madvise(const_cast<std::uint8_t *>(p + off), k, MADV_DONTNEED);
         }
         return h.digest();
     }
@@ -386,7 +390,7 @@ void write_datastore(const std::string & path, std::span<const std::vector<token
 }
 
 datastore_info compact_datastore(const std::string & path, const index_builder_params & params) {
-    const auto ds = datastore::open(path);
+    const auto ds = datastore::open(path, 0, "", datastore::access::one_pass);
     ds->verify();  // the documents are read back from it
     const auto & in = ds->info();
     index_builder_params p = params;
