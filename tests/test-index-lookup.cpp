@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <stop_token>
 
 namespace {
 
@@ -131,6 +132,47 @@ TEST_P(index_lookup, find_and_continuations_match_naive_scan) {
         ASSERT_EQ(got_next, want_next) << "next-token counts of pattern " << q;
         for (std::size_t i = 1; i < next.size(); ++i) {
             ASSERT_GE(next[i - 1].count, next[i].count) << "not most frequent first at " << i;
+        }
+    }
+}
+
+// The bigram table (index_shard::build_bigrams, which a background thread runs after a large index's open): every
+// bigram over the alphabet, and ids around it, gets the range find() gives, whose size is the naive count. Before
+// the table is built, or after a build told to stop, there is none (the caller searches instead).
+TEST_P(index_lookup, bigram_table_matches_naive_scan) {
+    const lookup_case c      = GetParam();
+    const token_id    offset = c.n_vocab - c.alphabet;
+    const auto        docs   = random_docs(300, 60, c.alphabet, offset, 4321 + c.n_vocab);
+    const std::string path   = tmp_path("bigram-" + std::to_string(c.n_vocab) + "-" + std::to_string(c.shard_tokens) +
+                                        ".idx");
+    rest::index_builder_params p;
+    p.n_shard_tokens_max = c.shard_tokens;
+    rest::write_datastore(path, docs, synthetic(c.n_vocab), p);
+    // One pass: no background thread that would build the tables while this test looks at them.
+    const auto ds         = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
+    const bool has_table  = c.n_vocab <= (1 << 22);  // first-token tables (and so bigram tables) up to 2^22 tokens
+    std::vector<token_id> ids = {0, offset - 1};
+    for (token_id t = 0; t < c.alphabet; ++t) ids.push_back(offset + t);
+    for (const rest::index_shard & s : ds->shards()) {
+        rest::sa_range r;
+        EXPECT_FALSE(s.bigram_range(offset, offset, r)) << "a table before any build";
+        std::stop_source stopped;
+        stopped.request_stop();
+        s.build_bigrams(stopped.get_token());
+        EXPECT_FALSE(s.bigram_range(offset, offset, r)) << "a table from a build told to stop";
+        s.build_bigrams({});
+        const std::vector<token_id> text = shard_text(s);
+        for (const token_id a : ids) {
+            for (const token_id b : ids) {
+                const std::vector<token_id> pat = {a, b};
+                const rest::sa_range        want = s.find(pat);
+                ASSERT_EQ(s.bigram_range(a, b, r), has_table);
+                if (!has_table) continue;
+                ASSERT_EQ(r.size(), rest_ref::occurrences(text, pat).size()) << a << " " << b;
+                if (!want.empty()) {
+                    ASSERT_EQ(r, want) << a << " " << b;
+                }
+            }
         }
     }
 }

@@ -39,7 +39,9 @@ class datastore {
     // (missing, truncated, wrong magic, future version). If expected_fingerprint is non-zero and differs from
     // the index's, throws user_error naming both tokenizers. For lookups, a file of 1 MiB or more (up to half the
     // RAM) also gets a background thread that maps its pages into the process, so lookups stop taking page faults
-    // soon after (REST_INDEX_PREFETCH=0 turns it off); destroying the datastore stops it within one 32 MiB step.
+    // soon after, then builds each shard's bigram table at the lowest CPU priority (8 bytes per distinct bigram;
+    // index_shard::build_bigrams), so a bigram's first search is a lookup in memory. REST_INDEX_PREFETCH=0 turns
+    // both off; destroying the datastore stops the thread within one 32 MiB step or 65,536 suffixes.
     static std::unique_ptr<datastore> open(const std::string & path, std::uint64_t expected_fingerprint = 0,
                                            const std::string & expected_description = "",
                                            access how = access::lookups);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stop_token>
 #include <vector>
 
 namespace rest {
@@ -106,6 +107,16 @@ class index_shard {
     // The range of suffixes that start with `pattern` (empty when it does not occur). An empty pattern gives full().
     sa_range find(std::span<const token_id> pattern) const;
 
+    // The range of the suffixes that start with t0 t1, from the bigram table when build_bigrams() has finished
+    // (true; O(log) in a small in-memory array), or false (not built, or no first-token table).
+    bool bigram_range(token_id t0, token_id t1, sa_range & out) const;
+
+    // Builds the bigram table: for every first token, the first rank of each second token after it (one entry per
+    // distinct bigram, 8 bytes each). One pass over the suffix array, a text read per suffix, so seconds per 100M
+    // tokens: a background thread runs it after open (datastore.h), and stops once `stop` is requested (checked
+    // every 65,536 suffixes), leaving no table. Safe to call from several threads (one builds, the others wait).
+    void build_bigrams(std::stop_token stop) const;
+
     // Sub-range of r (with its common prefix of length `depth`) whose token at `depth` equals the token at rank
     // `rank`, which must lie in r: the "run" a child occupies. O(log |r|) by galloping from rank.
     sa_range run_at(sa_range r, std::uint32_t depth, std::uint64_t rank) const;
@@ -128,6 +139,8 @@ class index_shard {
 
     struct samples;                     // per-bucket once-flags and sample arrays, shared by copies of the view
     std::shared_ptr<samples> samples_;
+    struct bigrams;                     // the bigram table, shared by copies of the view
+    std::shared_ptr<bigrams> bigrams_;
 
     const void *          text_      = nullptr;
     const std::uint32_t * sa_        = nullptr;

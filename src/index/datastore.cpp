@@ -120,7 +120,14 @@ class mmap_datastore final : public datastore {
         }
         // Every check passed: map the pages in behind the caller's back (from 1 MiB; see page_prefetcher).
         if (how == access::lookups) {
-            prefetch_.start(base, size);
+            // Then, on the same thread, each shard's bigram table: a bigram's first search becomes a lookup in
+            // memory instead of a binary search with a cache and TLB miss per round. The thread holds copies of the
+            // views (they share the tables) and is joined before the mapping goes.
+            prefetch_.start(base, size, [shards = shards_](std::stop_token stop) {
+                for (const index_shard & s : shards) {
+                    s.build_bigrams(stop);
+                }
+            });
         }
 
         info_.format_version        = hd_.version;

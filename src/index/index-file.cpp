@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,7 +130,7 @@ file_mapping::~file_mapping() {
     }
 }
 
-void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size) {
+void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::function<void(std::stop_token)> then) {
     const char *            env         = std::getenv("REST_INDEX_PREFETCH");
     const long              pages       = ::sysconf(_SC_PHYS_PAGES);
     const long              page        = ::sysconf(_SC_PAGESIZE);
@@ -137,7 +138,7 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size) {
     if (thread_.joinable() || !data || size < k_min_bytes || size > phys / 2 || (env && std::strcmp(env, "0") == 0)) {
         return;
     }
-    thread_ = std::jthread([data, size, page](std::stop_token stop) {
+    thread_ = std::jthread([data, size, page, then = std::move(then)](std::stop_token stop) {
         constexpr std::uint64_t k_step = 32ull << 20;
         for (std::uint64_t off = 0; off < size && !stop.stop_requested(); off += k_step) {
             const std::uint64_t n = std::min(k_step, size - off);
@@ -153,6 +154,12 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size) {
             for (std::uint64_t p = off; p < off + n && !stop.stop_requested(); p += static_cast<std::uint64_t>(page)) {
                 sink = sink + data[p];
             }
+        }
+        if (then && !stop.stop_requested()) {
+            // Lowest priority: where every core decodes, this waits instead of slowing the decoding down. (On Linux
+            // a thread's nice value is its own; the "process" id here is the thread's.)
+            (void) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+            then(stop);
         }
     });
 }

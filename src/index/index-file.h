@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -67,11 +69,13 @@ class page_prefetcher {
     page_prefetcher(const page_prefetcher &) = delete;
     page_prefetcher & operator=(const page_prefetcher &) = delete;
 
-    // Starts mapping [data, data + size) in (once; the range must stay mapped until this object is destroyed).
-    void start(const std::uint8_t * data, std::uint64_t size);
+    // Starts mapping [data, data + size) in (once; the range must stay mapped until this object is destroyed), then
+    // runs `then` on the same thread at the lowest CPU priority (work that reads the mapped pages; it must return
+    // soon once its stop token is set, and what it uses must outlive this object).
+    void start(const std::uint8_t * data, std::uint64_t size, std::function<void(std::stop_token)> then = {});
     // Whether a thread was started (false: the mapping is too small or too large, or prefetching is off).
     bool started() const { return thread_.joinable(); }
-    // Blocks until every page is mapped (tests and benchmarks).
+    // Blocks until every page is mapped and `then` has returned (tests and benchmarks).
     void wait();
 
   private:

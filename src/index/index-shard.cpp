@@ -1,6 +1,7 @@
 #include "rest/index-shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 
@@ -39,6 +40,16 @@ struct index_shard::samples {
     std::size_t   n_keys  = 0;
 };
 
+// Keys as key_at() gives them (0: past the end, t + 1: token t, all ones: a separator), truncated to 32 bits: token
+// ids are below 2^22 wherever there is a first-token table.
+struct index_shard::bigrams {
+    std::vector<std::uint32_t> first;  // [t0]: index of t0's first entry; first[n_vocab] = entries
+    std::vector<std::uint32_t> key;    // second-token key of each run, ascending within a first token
+    std::vector<std::uint32_t> start;  // the run's first rank; it ends where the next one starts, or at the bucket's end
+    std::atomic<bool>          ready{false};
+    std::mutex                 building;  // one build at a time (the background thread, a test, the fuzzer)
+};
+
 void index_shard::set_first_token_buckets(const std::uint32_t * buckets, std::uint64_t n_buckets) {
     if (buckets && (n_buckets == 0 || buckets[n_buckets - 1] != n_sa_)) {
         throw std::invalid_argument("index_shard: first-token table does not end at the suffix-array size");
@@ -46,6 +57,7 @@ void index_shard::set_first_token_buckets(const std::uint32_t * buckets, std::ui
     buckets_   = buckets;
     n_buckets_ = buckets ? n_buckets : 0;
     samples_ = nullptr;
+    bigrams_ = buckets ? std::make_shared<bigrams>() : nullptr;
     if (buckets) {
         int bits = 1;
         while ((std::uint64_t(1) << bits) - 1 < n_buckets + 1) ++bits;  // key_max > n_vocab + 1 >= every t + 1
@@ -87,6 +99,68 @@ const index_shard::bucket_samples * index_shard::bucket_sample(token_id t) const
         }
     });
     return &s.buckets[t];
+}
+
+bool index_shard::bigram_range(token_id t0, token_id t1, sa_range & out) const {
+    if (!bigrams_ || !bigrams_->ready.load(std::memory_order_acquire) || t0 < 0 || t1 < 0 ||
+        static_cast<std::uint64_t>(t0) + 1 >= n_buckets_) {
+        return false;
+    }
+    const bigrams &     b   = *bigrams_;
+    const std::uint32_t key = static_cast<std::uint32_t>(t1) + 1;
+    const auto          beg = b.key.begin() + b.first[t0], end = b.key.begin() + b.first[t0 + 1];
+    const auto          it  = std::lower_bound(beg, end, key);
+    const std::uint64_t lo = buckets_[t0], hi = buckets_[t0 + 1];
+    if (it == end || *it != key) {
+        out = {hi, hi};  // absent (an empty range, as a search gives)
+        return true;
+    }
+    const auto j = static_cast<std::size_t>(it - b.key.begin());
+    // Clamped to the bucket: a corrupt index gives a wrong range at worst, never one outside the suffix array.
+    const std::uint64_t a = std::clamp<std::uint64_t>(b.start[j], lo, hi);
+    const std::uint64_t e = it + 1 == end ? hi : std::clamp<std::uint64_t>(b.start[j + 1], a, hi);
+    out = {a, e};
+    return true;
+}
+
+void index_shard::build_bigrams(std::stop_token stop) const {
+    if (!bigrams_ || bigrams_->ready.load(std::memory_order_acquire) || stop.stop_requested()) {
+        return;
+    }
+    bigrams &                         b = *bigrams_;
+    const std::lock_guard<std::mutex> lock(b.building);
+    if (b.ready.load(std::memory_order_relaxed)) {
+        return;  // built by another thread meanwhile
+    }
+    b.first.assign(n_buckets_, 0);
+    const char * text = static_cast<const char *>(text_);
+    for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
+        b.first[t] = static_cast<std::uint32_t>(b.key.size());
+        const std::uint64_t lo = buckets_[t], hi = buckets_[t + 1];
+        std::uint64_t       prev = ~std::uint64_t(0);
+        for (std::uint64_t r = lo; r < hi; ++r) {
+            if (r % 65536 == 0 && stop.stop_requested()) {  // a few ms apart: one bucket can hold 10% of the index
+                b.first.clear();
+                b.key.clear();
+                b.start.clear();
+                return;
+            }
+            // The text a few ranks ahead is requested now: the reads are independent, so their misses overlap.
+            if (r + 16 < hi && std::uint64_t(sa_[r + 16]) + 1 < n_) {
+                __builtin_prefetch(text + (std::uint64_t(sa_[r + 16]) + 1) * width_);
+            }
+            const std::uint64_t k = key_at(std::uint64_t(sa_[r]) + 1);
+            if (k != prev) {
+                b.key.push_back(static_cast<std::uint32_t>(k));
+                b.start.push_back(static_cast<std::uint32_t>(r));
+                prev = k;
+            }
+        }
+    }
+    b.first[n_buckets_ - 1] = static_cast<std::uint32_t>(b.key.size());
+    b.key.shrink_to_fit();
+    b.start.shrink_to_fit();
+    b.ready.store(true, std::memory_order_release);
 }
 
 namespace {

@@ -72,5 +72,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t * data, std::size_t siz
     const rest::token_id next[1] = {ctx.empty() ? 0 : ctx.back()};
     d.accept(next);
     (void) d.draft(32);
+    // The bigram tables, which a large index gets from a background thread after open: built here, looked up, and
+    // drafted from (a new drafter's first searches of each bigram go through them).
+    for (const rest::index_shard & s : ds->shards()) {
+        s.build_bigrams({});
+        rest::sa_range r;
+        for (std::size_t i = 0; i + 1 < ctx.size(); ++i) (void) s.bigram_range(ctx[i], ctx[i + 1], r);
+    }
+    rest::drafter d2(ds.get(), nullptr, rest::drafter_params{});
+    d2.reset(ctx);
+    (void) d2.draft(16);
     return 0;
 }
