@@ -3,8 +3,8 @@
 # /usr/include, against building /usr/include alone, with a 32k-vocabulary tokenizer (llama.cpp's
 # models/ggml-vocab-llama-spm.gguf by default: the index needs only a tokenizer, and a vocab-only GGUF is one). Then
 # the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree) on both indexes: evicted from
-# the page cache, page-cached, and page-cached 3 s after open. A benchmark, not a test: the Linux build takes about
-# 15 minutes of one core and ~3 GB of memory.
+# the page cache, page-cached, and page-cached SETTLE_MS after open (the bigram tables are built by then). A
+# benchmark, not a test: the Linux build takes about 15 minutes of one core and ~3.5 GB of memory.
 #
 #   bench/index-scale-linux.sh [TOKENIZER.gguf]
 #
@@ -14,6 +14,7 @@
 #   WORK      scratch directory; steps whose output exists there are not redone (default: /tmp/rest-scale-linux)
 #   THREADS   tokenizer threads for build and append     (default: 1, so that a core stays free)
 #   STEPS     draft steps per run                        (default: 20000)
+#   SETTLE_MS wait after open for the settled condition  (default: 12000: the 600M-token index's tables take ~8 s)
 #   QUERIES   held-out files to draft along (default: llama.cpp's ggml C sources, in neither index)
 set -euo pipefail
 
@@ -26,6 +27,7 @@ draft=${DRAFT:-$(dirname "$rest")/bench-draft-index}
 work=${WORK:-/tmp/rest-scale-linux}
 threads=${THREADS:-1}
 steps=${STEPS:-20000}
+settle=${SETTLE_MS:-12000}
 tarball=/usr/src/linux-source-6.1.tar.xz
 if [[ -z ${QUERIES:-} ]]; then
     g=$llama/ggml/src
@@ -34,6 +36,9 @@ fi
 
 for f in "$rest" "$draft" "$vocab" "$tarball" /usr/bin/time; do
     [[ -e $f ]] || { echo "index-scale-linux: $f not found (linux-source-6.1 and time are Debian packages)" >&2; exit 1; }
+done
+for c in python3 bc; do
+    command -v "$c" >/dev/null || { echo "index-scale-linux: $c not found" >&2; exit 1; }
 done
 mkdir -p "$work"
 if [[ ! -d $work/linux ]]; then
@@ -74,7 +79,7 @@ done
 # The draft step: one fresh process per condition, twice each, interleaved.
 for idx in "$work/linux-include.idx" "$work/include.idx"; do
     for run in 1 2; do
-        for cond in "--evict" "" "--settle-ms 3000"; do
+        for cond in "--evict" "" "--settle-ms $settle"; do
             echo "== $(basename "$idx"), run $run, ${cond:-page-cached}"
             # shellcheck disable=SC2086  # cond and QUERIES are word lists
             "$draft" -m "$vocab" --index "$idx" $cond --steps "$steps" $QUERIES 2>&1 |

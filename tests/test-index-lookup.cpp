@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <set>
 #include <stop_token>
+#include <thread>
 
 namespace {
 
@@ -175,6 +178,64 @@ TEST_P(index_lookup, bigram_table_matches_naive_scan) {
             }
         }
     }
+}
+
+// The table a datastore opened for lookups gets from its background thread (after the page prefetch): it appears
+// within seconds and agrees with find().
+TEST(index_lookup_bigrams, built_in_the_background_after_open) {
+    const auto        docs = random_docs(4000, 120, 50, 7, 99);  // ~240k tokens: a file past the prefetch's 1 MiB
+    const std::string path = tmp_path("bigram-background.idx");
+    rest::write_datastore(path, docs, synthetic(512), {});
+    const auto ds = rest::datastore::open(path);
+    ASSERT_EQ(ds->shards().size(), 1u);
+    const rest::index_shard &  s  = ds->shards()[0];
+    rest::sa_range             r;
+    const auto                 t0 = std::chrono::steady_clock::now();
+    while (!s.bigram_range(7, 7, r) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(s.bigram_range(7, 7, r)) << "no bigram table 30 s after open";
+    for (token_id a = 7; a < 57; a += 7) {
+        for (token_id b = 7; b < 57; b += 3) {
+            const std::vector<token_id> pat = {a, b};
+            ASSERT_TRUE(s.bigram_range(a, b, r));
+            ASSERT_EQ(r, s.find(pat)) << a << " " << b;
+        }
+    }
+}
+
+// A suffix array out of order (a corrupt file: a new run at 19 of 20 ranks here) would make a table of ~8 bytes per
+// token: past n_sa / 4 entries the build gives up and leaves no table, so searches go on as without one. The same
+// text with its suffixes grouped by their first two tokens gets one.
+TEST(index_lookup_bigrams, a_table_too_large_for_real_text_is_abandoned) {
+    constexpr std::uint64_t    n = 200000, vocab = 20;
+    std::vector<std::uint16_t> text(n);
+    std::vector<std::uint32_t> sa(n), buckets(vocab + 1, static_cast<std::uint32_t>(n));
+    std::mt19937               rng(5);
+    for (std::uint64_t i = 0; i < n; ++i) {
+        text[i] = static_cast<std::uint16_t>(rng() % vocab);
+        sa[i]   = static_cast<std::uint32_t>(i);  // text order, not suffix order
+    }
+    buckets[0] = 0;  // every suffix in token 0's bucket: monotone, ends at n, as open() checks
+    rest::index_shard s(text.data(), sa.data(), n, 2);
+    s.set_first_token_buckets(buckets.data(), buckets.size());
+    s.build_bigrams({});
+    rest::sa_range r;
+    EXPECT_FALSE(s.bigram_range(0, 1, r));
+    // The same arrays sorted as a suffix array would be (by first token only, runs of the second within): a table.
+    std::vector<std::uint32_t> by_first(n);
+    std::iota(by_first.begin(), by_first.end(), 0u);
+    std::stable_sort(by_first.begin(), by_first.end(), [&](std::uint32_t a, std::uint32_t b) {
+        const std::uint32_t na = a + 1 < n ? text[a + 1] : 0, nb = b + 1 < n ? text[b + 1] : 0;
+        return std::pair(text[a], na) < std::pair(text[b], nb);
+    });
+    std::vector<std::uint32_t> b2(vocab + 1, 0);
+    for (std::uint64_t i = 0; i < n; ++i) b2[text[i] + 1]++;
+    for (std::uint64_t t = 0; t < vocab; ++t) b2[t + 1] += b2[t];
+    rest::index_shard sorted(text.data(), by_first.data(), n, 2);
+    sorted.set_first_token_buckets(b2.data(), b2.size());
+    sorted.build_bigrams({});
+    EXPECT_TRUE(sorted.bigram_range(0, 1, r)) << "a table of at most 400 bigrams over 200k tokens was refused";
 }
 
 INSTANTIATE_TEST_SUITE_P(widths_and_shards, index_lookup,

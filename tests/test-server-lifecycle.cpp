@@ -60,7 +60,14 @@ TEST(ServerLifecycle, SigtermDrainsInFlightRequestsAndSavesTheOnlineStore) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         srv.signal(SIGTERM);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // Until the server has seen the signal (/health turns 503, or the port closes): a fixed 20 ms wait let a
+        // loaded CI machine serve the next request before the signal was handled.
+        for (int i = 0; i < 2000; ++i) {
+            if (c.get("/health").status != 200) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
         // New work is refused while draining (or the port is already closed).
         const http_reply late = c.post("/v1/completions", json{{"prompt", "late"}, {"max_tokens", 4}});
         EXPECT_TRUE(late.status == 503 || late.status == 0) << late.status << " " << late.body;

@@ -41,7 +41,7 @@ class datastore {
     // RAM) also gets a background thread that maps its pages into the process, so lookups stop taking page faults
     // soon after, then builds each shard's bigram table at the lowest CPU priority (8 bytes per distinct bigram;
     // index_shard::build_bigrams), so a bigram's first search is a lookup in memory. REST_INDEX_PREFETCH=0 turns
-    // both off; destroying the datastore stops the thread within one 32 MiB step or 65,536 suffixes.
+    // both off; destroying the datastore stops the thread within one 32 MiB step or 4,096 suffixes.
     static std::unique_ptr<datastore> open(const std::string & path, std::uint64_t expected_fingerprint = 0,
                                            const std::string & expected_description = "",
                                            access how = access::lookups);

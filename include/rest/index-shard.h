@@ -114,7 +114,8 @@ class index_shard {
     // Builds the bigram table: for every first token, the first rank of each second token after it (one entry per
     // distinct bigram, 8 bytes each). One pass over the suffix array, a text read per suffix, so seconds per 100M
     // tokens: a background thread runs it after open (datastore.h), and stops once `stop` is requested (checked
-    // every 65,536 suffixes), leaving no table. Safe to call from several threads (one builds, the others wait).
+    // every 4,096 suffixes), leaving no table; so does a table past n_sa / 4 entries (a corrupt suffix array).
+    // Safe to call from several threads (one builds, the others wait).
     void build_bigrams(std::stop_token stop) const;
 
     // Sub-range of r (with its common prefix of length `depth`) whose token at `depth` equals the token at rank

@@ -10,6 +10,7 @@
 #include <malloc.h>
 #endif
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -139,16 +140,20 @@ struct index_builder::impl {
         n_tokens    = hd.n_tokens;
     }
 
-    // Appends bytes at the current end; returns their xxh3. p is page-aligned (sections start on 4096-byte
-    // boundaries of a mapping). Each chunk's pages leave this process once copied: they stay in the page cache, but
-    // a 3.3 GB base index no longer shows (and counts) as 3.3 GB of resident memory of the append.
+    // Appends bytes at the current end; returns their xxh3. Each chunk's pages leave this process once copied (p
+    // points into a read-only file mapping): they stay in the page cache, but a 3.3 GB base index no longer shows,
+    // and counts, as 3.3 GB of the append's resident memory. The address is rounded down to a page: sections are
+    // 4096-aligned in the file, not necessarily to a larger page, and dropping a page already copied is harmless.
     std::uint64_t copy_section(const std::uint8_t * p, std::uint64_t bytes) {
-        xxh3_stream h;
+        xxh3_stream         h;
+        const std::uintptr_t page = static_cast<std::uintptr_t>(std::max(1L, ::sysconf(_SC_PAGESIZE)));
         for (std::uint64_t off = 0; off < bytes; off += 64u << 20) {
             const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(64u << 20, bytes - off));
             h.update(p + off, k);
             out.write(p + off, k);
-            (void) ::madvise(const_cast<std::uint8_t *>(p + off), k, MADV_DONTNEED);
+            const auto at = reinterpret_cast<std::uintptr_t>(p + off);
+            const auto lo = at / page * page;
+            (void) ::madvise(reinterpret_cast<void *>(lo), at + k - lo, MADV_DONTNEED);
         }
         return h.digest();
     }

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,7 +159,7 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
         if (then && !stop.stop_requested()) {
             // Lowest priority: where every core decodes, this waits instead of slowing the decoding down. (On Linux
             // a thread's nice value is its own; the "process" id here is the thread's.)
-            (void) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+            (void) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
             then(stop);
         }
     });

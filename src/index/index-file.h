@@ -60,7 +60,8 @@ class file_mapping {
 // there), 1.15-1.36x of plain against 1.41-1.68x with the pages mapped in (40 processes, 3 runs each).
 // madvise(MADV_POPULATE_READ) in 32 MiB steps (skipped before Linux 5.14), then one read per page (see the
 // definition); the destructor stops it between pages and joins. Only for mappings of k_min_bytes or more (a thread costs more than a smaller file's
-// faults) that fit in half the physical memory; REST_INDEX_PREFETCH=0 turns it off.
+// faults) that fit in half the physical memory; REST_INDEX_PREFETCH=0 turns it off (and with it the work `then`
+// does after it: the datastore's bigram tables).
 class page_prefetcher {
   public:
     static constexpr std::uint64_t k_min_bytes = 1ull << 20;

@@ -109,17 +109,17 @@ bool index_shard::bigram_range(token_id t0, token_id t1, sa_range & out) const {
     const bigrams &     b   = *bigrams_;
     const std::uint32_t key = static_cast<std::uint32_t>(t1) + 1;
     const auto          beg = b.key.begin() + b.first[t0], end = b.key.begin() + b.first[t0 + 1];
-    const auto          it  = std::lower_bound(beg, end, key);
-    const std::uint64_t lo = buckets_[t0], hi = buckets_[t0 + 1];
+    // Keys ascend within a first token wherever the suffix array is sorted; on a corrupt one they may not, and the
+    // search then lands on some entry of the slice: a wrong range, but still inside the bucket, since every start
+    // was a rank of the bucket's own scan.
+    const auto          it = std::lower_bound(beg, end, key);
+    const std::uint64_t hi = buckets_[t0 + 1];
     if (it == end || *it != key) {
         out = {hi, hi};  // absent (an empty range, as a search gives)
         return true;
     }
     const auto j = static_cast<std::size_t>(it - b.key.begin());
-    // Clamped to the bucket: a corrupt index gives a wrong range at worst, never one outside the suffix array.
-    const std::uint64_t a = std::clamp<std::uint64_t>(b.start[j], lo, hi);
-    const std::uint64_t e = it + 1 == end ? hi : std::clamp<std::uint64_t>(b.start[j + 1], a, hi);
-    out = {a, e};
+    out = {b.start[j], it + 1 == end ? hi : b.start[j + 1]};
     return true;
 }
 
@@ -132,6 +132,16 @@ void index_shard::build_bigrams(std::stop_token stop) const {
     if (b.ready.load(std::memory_order_relaxed)) {
         return;  // built by another thread meanwhile
     }
+    // Leaves no table and gives its memory back (a stop, or a table too large to be real text's).
+    auto abandon = [&b] {
+        b.first = {};
+        b.key   = {};
+        b.start = {};
+    };
+    // Real text has far fewer distinct bigrams than tokens (0.6% of Linux + /usr/include's, 2% of /usr/include's
+    // with a 32k vocabulary); a corrupt suffix array starts a run at nearly every rank. The cap bounds what such a
+    // file costs (2 bytes per token); without a table searches still work, as before it is built.
+    const std::uint64_t max_entries = n_sa_ / 4 + n_buckets_;
     b.first.assign(n_buckets_, 0);
     const char * text = static_cast<const char *>(text_);
     for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
@@ -139,13 +149,10 @@ void index_shard::build_bigrams(std::stop_token stop) const {
         const std::uint64_t lo = buckets_[t], hi = buckets_[t + 1];
         std::uint64_t       prev = ~std::uint64_t(0);
         for (std::uint64_t r = lo; r < hi; ++r) {
-            // Checked a few ms apart (one bucket can hold 10% of the index). The size cap keeps a corrupt suffix
-            // array (a new run at nearly every rank) from costing 8 bytes per token: real text has far fewer
-            // distinct bigrams (0.6% of the tokens of Linux + /usr/include), and without a table searches still work.
-            if (r % 65536 == 0 && (stop.stop_requested() || b.key.size() > n_sa_ / 8 + n_buckets_)) {
-                b.first.clear();
-                b.key.clear();
-                b.start.clear();
+            // Checked every 4,096 suffixes (one bucket can hold 10% of the index, and at nice 19 next to busy
+            // cores this thread runs seldom): a datastore being closed waits for this.
+            if (r % 4096 == 0 && (stop.stop_requested() || b.key.size() > max_entries)) {
+                abandon();
                 return;
             }
             // The text a few ranks ahead is requested now: the reads are independent, so their misses overlap.
