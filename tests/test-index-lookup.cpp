@@ -72,16 +72,25 @@ struct lookup_case {
 
 class index_lookup : public ::testing::TestWithParam<lookup_case> {};
 
-TEST_P(index_lookup, find_and_continuations_match_naive_scan) {
-    const lookup_case c      = GetParam();
-    const token_id    offset = c.n_vocab - c.alphabet;  // use the top of the vocabulary: catches width bugs
-    const auto        docs   = random_docs(300, 60, c.alphabet, offset, 1234 + c.n_vocab);
-    const std::string path   = tmp_path("lookup-" + std::to_string(c.n_vocab) + "-" + std::to_string(c.shard_tokens) +
-                                        ".idx");
+// A case's random documents (over the top of its vocabulary: catches width bugs), written as a datastore whose
+// file is named after the case. Returns the path.
+std::string write_case(const lookup_case & c, const std::string & name, std::uint32_t seed,
+                       std::vector<std::vector<token_id>> & docs) {
+    docs = random_docs(300, 60, c.alphabet, c.n_vocab - c.alphabet, seed + static_cast<std::uint32_t>(c.n_vocab));
+    const std::string path = tmp_path(name + "-" + std::to_string(c.n_vocab) + "-" + std::to_string(c.shard_tokens) +
+                                      ".idx");
     rest::index_builder_params p;
     p.n_shard_tokens_max = c.shard_tokens;
     rest::write_datastore(path, docs, synthetic(c.n_vocab), p);
-    const auto ds = rest::datastore::open(path);
+    return path;
+}
+
+TEST_P(index_lookup, find_and_continuations_match_naive_scan) {
+    const lookup_case                  c      = GetParam();
+    const token_id                     offset = c.n_vocab - c.alphabet;
+    std::vector<std::vector<token_id>> docs;
+    const std::string                  path = write_case(c, "lookup", 1234, docs);
+    const auto                         ds   = rest::datastore::open(path);
     ds->verify();
 
     // The shards together hold exactly the documents, in order, separated as the reference joins them.
@@ -143,14 +152,10 @@ TEST_P(index_lookup, find_and_continuations_match_naive_scan) {
 // bigram over the alphabet, and ids around it, gets the range find() gives, whose size is the naive count. Before
 // the table is built, or after a build told to stop, there is none (the caller searches instead).
 TEST_P(index_lookup, bigram_table_matches_naive_scan) {
-    const lookup_case c      = GetParam();
-    const token_id    offset = c.n_vocab - c.alphabet;
-    const auto        docs   = random_docs(300, 60, c.alphabet, offset, 4321 + c.n_vocab);
-    const std::string path   = tmp_path("bigram-" + std::to_string(c.n_vocab) + "-" + std::to_string(c.shard_tokens) +
-                                        ".idx");
-    rest::index_builder_params p;
-    p.n_shard_tokens_max = c.shard_tokens;
-    rest::write_datastore(path, docs, synthetic(c.n_vocab), p);
+    const lookup_case                  c      = GetParam();
+    const token_id                     offset = c.n_vocab - c.alphabet;
+    std::vector<std::vector<token_id>> docs;
+    const std::string                  path = write_case(c, "bigram", 4321, docs);
     // One pass: no background thread that would build the tables while this test looks at them.
     const auto ds         = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
     const bool has_table  = c.n_vocab <= (1 << 22);  // first-token tables (and so bigram tables) up to 2^22 tokens
