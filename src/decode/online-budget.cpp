@@ -271,7 +271,8 @@ double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past,
     return step_us(n_rows, n_past, n_equal, n_seqs) + t_draft_us_;
 }
 
-online_budget::single_price online_budget::price_single(std::int32_t n_rows, std::int32_t n_past, std::int32_t n_seqs) const {
+online_budget::single_price online_budget::price_single(std::int32_t n_rows, std::int32_t n_past,
+                                                        std::int32_t n_seqs) const {
     single_price p;
     p.threads         = threads_of(n_rows, 1);
     const double slow = slowdown(p.threads);
@@ -533,7 +534,8 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
     // last node, a leaf), so that a change of tree shape is priced like a change of rows.
     const std::int32_t rows_plain = (std::int32_t) nq, seqs_plain = (std::int32_t) nq;
     const single_price plain      = nq == 1 ? price_single(1, b.n_past, 1) : single_price{};
-    const double       plain_us   = nq == 1 ? plain.steady_us + plain.change_us : step_us(rows_plain, b.n_past, 1, seqs_plain);
+    const double       plain_us   = nq == 1 ? plain.steady_us + plain.change_us
+                                            : step_us(rows_plain, b.n_past, 1, seqs_plain);
     std::int32_t rows      = rows_plain;
     std::int32_t seqs      = seqs_plain;
     double       expected  = (double) nq;

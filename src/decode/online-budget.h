@@ -114,8 +114,8 @@ class online_budget final : public budget_policy {
     double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting, as chosen, beats plain decoding for the current class by more than the steps' spread explains.
     bool   drafting_pays() const;
-    // The regime priced as prevailing for batches of several requests (see priced_change_us()): drafting pays, or, not measured to lose, its cheapest
-    // pass (n_equal as in step_report) costs no more than a plain one at n_past.
+    // The regime priced as prevailing for batches of several requests (see priced_change_us()): drafting pays, or,
+    // not measured to lose, its cheapest pass (n_equal as in step_report) costs no more than a plain one at n_past.
     bool   drafting_prevails(std::int32_t n_past, std::size_t n_equal = 1) const;
     // Whether drafting is switched off for batches of n_requests now.
     bool   drafting_off(std::size_t n_requests, bool predicted = false) const {

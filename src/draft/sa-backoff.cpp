@@ -142,9 +142,11 @@ void sa_backoff::candidates(std::vector<token_id> & out, tree_expander & x) cons
 
 token_id sa_backoff::top_of(const level & lv, tree_expander & x) const {
     const std::span<const sa_range> ranges(ranges_.data() + lv.at, shards_.size());
-    const std::uint64_t             h = XXH3_64bits_withSeed(ranges.data(), ranges.size_bytes(), static_cast<std::uint64_t>(lv.len));
-    if (const auto it = tops_.find(h); it != tops_.end() && it->second.len == lv.len &&
-                                       std::equal(ranges.begin(), ranges.end(), it->second.ranges.begin(), it->second.ranges.end())) {
+    const std::uint64_t             h =
+        XXH3_64bits_withSeed(ranges.data(), ranges.size_bytes(), static_cast<std::uint64_t>(lv.len));
+    if (const auto it = tops_.find(h);
+        it != tops_.end() && it->second.len == lv.len &&
+        std::equal(ranges.begin(), ranges.end(), it->second.ranges.begin(), it->second.ranges.end())) {
         return it->second.top;
     }
     expand_params ep;

@@ -45,7 +45,7 @@ struct index_shard::samples {
 struct index_shard::bigrams {
     std::vector<std::uint32_t> first;  // [t0]: index of t0's first entry; first[n_vocab] = entries
     std::vector<std::uint32_t> key;    // second-token key of each run, ascending within a first token
-    std::vector<std::uint32_t> start;  // the run's first rank; it ends where the next one starts, or at the bucket's end
+    std::vector<std::uint32_t> start;  // the run's first rank; it ends at the next run's, or at the bucket's end
     std::atomic<bool>          ready{false};
     std::mutex                 building;  // one build at a time (the background thread, a test, the fuzzer)
 };
