@@ -278,7 +278,9 @@ TEST_F(index_bad_file, open_does_not_read_sections) {
 // (almost) no page faults; small mappings and REST_INDEX_PREFETCH=0 start no thread; destroying it mid-way stops it.
 #include "index/index-file.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/vfs.h>
 
 #include <cstdlib>
 
@@ -326,6 +328,34 @@ TEST(IndexFile, PrefetcherMapsPagesInBehindTheCaller) {
         stopped.start(map.data(), map.size());
         EXPECT_TRUE(stopped.started());
     }
+    fs::remove(path);
+}
+
+// A committed index leaves the page cache (atomic_file_writer::commit says why): its first reader maps it back in.
+TEST(IndexFile, CommittedFileLeavesThePageCache) {
+    const std::string path = tmp_path("committed.bin");
+    struct statfs     fs_info{};
+    ASSERT_EQ(statfs(rest_test::tmp_dir().c_str(), &fs_info), 0);
+    if (fs_info.f_type == 0x01021994) {  // TMPFS_MAGIC: memory is its only copy, nothing can be dropped
+        GTEST_SKIP() << "the test directory is a tmpfs (REST_TEST_TMP elsewhere runs this test)";
+    }
+    const std::size_t bytes = 8u << 20;
+    {
+        rest::atomic_file_writer out(path);
+        std::vector<char>        block(1 << 20, 'y');
+        for (std::size_t i = 0; i < bytes / block.size(); ++i) out.write(block.data(), block.size());
+        out.commit();
+    }
+    rest::file_mapping  map(path);
+    const long          page = sysconf(_SC_PAGESIZE);
+    std::vector<unsigned char> vec((map.size() + static_cast<std::size_t>(page) - 1) / static_cast<std::size_t>(page));
+    ASSERT_EQ(mincore(const_cast<std::uint8_t *>(map.data()), map.size(), vec.data()), 0);
+    std::size_t resident = 0;
+    for (const unsigned char v : vec) resident += v & 1;
+    EXPECT_LT(resident, vec.size() / 20) << resident << " of " << vec.size() << " pages still cached after commit";
+    std::uint64_t sum = 0;
+    for (std::size_t off = 0; off < map.size(); off += static_cast<std::size_t>(page)) sum += map.data()[off];
+    EXPECT_EQ(sum, std::uint64_t('y') * vec.size()) << "the file reads back";
     fs::remove(path);
 }
 

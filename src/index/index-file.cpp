@@ -81,6 +81,13 @@ void atomic_file_writer::commit() {
     if (::fsync(fd_) != 0) {
         throw user_error("cannot fsync '" + temp_path_ + "': " + errno_text());
     }
+    // The written pages leave the page cache (they are clean now), so that the first process to map the index reads
+    // it back. Written, the file sits in 4 KiB pages; read back by the prefetcher, a filesystem with large folios
+    // (ext4 from Linux 6.16, XFS) caches it in 2 MiB ones, which the kernel maps with one page-table entry each. On a
+    // Zen 5 VM (nested paging), a dependent random read in the 3.6 GB Linux + /usr/include index took 1.7 us in the
+    // written pages against 0.38 us read back, and the draft step's p99 fell from 224-262 to 124-130 us. Elsewhere
+    // it costs one read of the file, which the prefetcher does in the background.
+    (void) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd_);
     fd_ = -1;
     if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
@@ -139,6 +146,13 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
     if (thread_.joinable() || !data || size < k_min_bytes || size > phys / 2 || (env && std::strcmp(env, "0") == 0)) {
         return;
     }
+#ifdef MADV_HUGEPAGE
+    // Asks for 2 MiB pages where the kernel can back a file with them (see atomic_file_writer::commit): page cache
+    // read in for this mapping comes in as huge folios, and kernels with read-only file THP collapse it in the
+    // background. Only here, where the whole file is read anyway: for an index that does not fit, a 2 MiB read per
+    // random fault would be waste.
+    (void) ::madvise(const_cast<std::uint8_t *>(data), size, MADV_HUGEPAGE);
+#endif
     thread_ = std::jthread([data, size, page, then = std::move(then)](std::stop_token stop) {
         constexpr std::uint64_t k_step = 32ull << 20;
         for (std::uint64_t off = 0; off < size && !stop.stop_requested(); off += k_step) {
