@@ -12,7 +12,8 @@
 // --probe-max sets the drafter's cap on suffix-array probes per step (n_probe_max, default 16384): what capping the
 // work per step buys against what it costs in hit rate.
 //
-// --dump writes one line per step (wall us, probes, match us, finds), the cold steps included. The same steps in
+// --dump writes one line per step (wall us, probes, match us, finds, match length, match count), the cold steps
+// included. The same steps in
 // two runs of a binary are slow or fast together (log-wall correlation 0.90 on /usr/include): the slow ones are slow
 // for their work, and the minimum of two runs per step compares binaries with the machine's noise mostly removed.
 //
@@ -117,11 +118,11 @@ void evict(const std::string & path) {
 
 double pct(const std::vector<double> & sorted, double q) { return bench::percentile_of_sorted(sorted, q); }
 
-void dump_steps(const std::string & path, const std::vector<double> & wall, const std::vector<double> & probes,
-                const std::vector<double> & match_us, const std::vector<double> & finds) {
+void dump_steps(const std::string & path, const std::vector<std::vector<double>> & columns) {
     std::ofstream out(path);
-    for (std::size_t i = 0; i < wall.size(); ++i) {
-        out << wall[i] << ' ' << probes[i] << ' ' << match_us[i] << ' ' << finds[i] << '\n';
+    for (std::size_t i = 0; i < columns[0].size(); ++i) {
+        for (std::size_t c = 0; c < columns.size(); ++c) out << (c ? " " : "") << columns[c][i];
+        out << '\n';
     }
     if (!out) {
         throw std::runtime_error("cannot write " + path);
@@ -208,7 +209,7 @@ int main(int argc, char ** argv) {
 
         std::vector<double> wall, cpu;
         std::vector<long>   faults, minflt;
-        std::vector<double> nodes, probes, match_us, finds;
+        std::vector<double> nodes, probes, match_us, finds, match_len, match_count;
         std::size_t         n_hit = 0, di = 0, pos = 0;
         double              reset_us = 0, reset_cpu_us = 0;
         long                reset_faults = 0;
@@ -243,6 +244,8 @@ int main(int argc, char ** argv) {
             probes.push_back(static_cast<double>(st.n_probes));
             match_us.push_back(st.t_match_us);
             finds.push_back(static_cast<double>(st.n_find));
+            match_len.push_back(st.match_len_datastore);
+            match_count.push_back(static_cast<double>(st.match_count_datastore));
             wall.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
             cpu.push_back(c1 - c0);
             faults.push_back(major_faults() - f0);
@@ -254,7 +257,7 @@ int main(int argc, char ** argv) {
         }
 
         if (!dump_path.empty()) {
-            dump_steps(dump_path, wall, probes, match_us, finds);
+            dump_steps(dump_path, {wall, probes, match_us, finds, match_len, match_count});
         }
         std::printf("first reset (prompt of %zu tokens): %.1f us wall, %.1f us CPU, %ld major faults\n", n_prompt,
                     reset_us, reset_cpu_us, reset_faults);
