@@ -131,7 +131,7 @@ void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budg
     std::vector<double> us, cpu_us;
     us.reserve(static_cast<std::size_t>(state.max_iterations));
     cpu_us.reserve(static_cast<std::size_t>(state.max_iterations));
-    std::uint64_t n_hit = 0, n_nodes = 0, match_sum = 0, n_cut = 0;
+    std::uint64_t n_hit = 0, n_nodes = 0, match_sum = 0;
     for (auto _ : state) {
         if (pos + 1 >= d.queries[qi].size()) {
             next_query();
@@ -152,7 +152,6 @@ void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budg
         }
         n_nodes += tree.size();
         match_sum += static_cast<std::uint64_t>(dr.last_stats().match_len_datastore);
-        n_cut += dr.last_stats().cut;
     }
     std::sort(us.begin(), us.end());
     std::sort(cpu_us.begin(), cpu_us.end());
@@ -177,7 +176,6 @@ void run_steps(benchmark::State & state, bench_data & data, int mode, int n_budg
     state.counters["hit1"]       = static_cast<double>(n_hit) / n;
     state.counters["nodes"]      = static_cast<double>(n_nodes) / n;
     state.counters["match_len"]  = static_cast<double>(match_sum) / n;
-    state.counters["cut"]        = static_cast<double>(n_cut) / n;
 }
 
 void BM_draft_step(benchmark::State & state) {

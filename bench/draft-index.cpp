@@ -2,15 +2,16 @@
 // first steps (cold) and once it runs (warm). Issue 20's figure: retrieval plus a 16-node tree per step.
 //
 //   bench-draft-index -m MODEL.gguf --index IDX [--index IDX2 ...] [--budget 16] [--steps 20000] [--cold 10]
-//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] [--probe-max N] [--dump FILE] FILE...
+//                     [--prompt 64] [--evict] [--all-sources] [--settle-ms MS] [--scan-max N] [--dump FILE] FILE...
 //
 // FILEs are text files fed token by token as if the model were generating them (held-out code, ideally not in the
 // index). Each document starts with reset() on its first --prompt tokens, then every step is accept(one token) +
 // draft(budget), timed alone (wall and thread CPU time). The model is used for its tokenizer only, and everything
 // is tokenized before the index is opened, so the first steps are the first lookups the process makes.
 //
-// --probe-max sets the drafter's cap on suffix-array probes per step (n_probe_max, default 16384): what capping the
-// work per step buys against what it costs in hit rate.
+// --scan-max sets how many continuations a match's tree is read from (drafter_params::scan_max, default 64: all of
+// a match with at most that many occurrences, else that many evenly spaced): what the work per step buys in hit
+// rate.
 //
 // --dump writes one line per step (wall us, probes, match us, finds, match length, match count), the cold steps
 // included. The same steps in
@@ -138,7 +139,7 @@ int main(int argc, char ** argv) {
     std::size_t              n_steps = 20000, n_prompt = 64;
     bool                     do_evict = false, all_sources = false;
     int                      settle_ms = 0;
-    long long                probe_max = -1;  // drafter_params::n_probe_max (-1: the default)
+    long long                scan_max = -1;  // drafter_params::scan_max (-1: the default)
     std::string              dump_path;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -152,7 +153,7 @@ int main(int argc, char ** argv) {
         else if (a == "--evict") do_evict = true;
         else if (a == "--all-sources") all_sources = true;
         else if (a == "--settle-ms") settle_ms = std::stoi(v());
-        else if (a == "--probe-max") probe_max = std::stoll(v());
+        else if (a == "--scan-max") scan_max = std::stoll(v());
         else if (a == "--dump") dump_path = v();
         else files.push_back(a);
     }
@@ -204,7 +205,7 @@ int main(int argc, char ** argv) {
         drafter_params p;
         p.use_context = all_sources;
         p.use_history = false;
-        if (probe_max >= 0) p.n_probe_max = static_cast<std::uint64_t>(probe_max);
+        if (scan_max >= 0) p.scan_max = static_cast<std::uint64_t>(scan_max);
         drafter dr(ds.get(), nullptr, p);
 
         std::vector<double> wall, cpu;

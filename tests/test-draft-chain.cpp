@@ -52,21 +52,35 @@ token_id top_of(const std::map<token_id, std::uint64_t> & next) {
     return best;
 }
 
+// The candidate a level offers: its most frequent next token, exactly up to scan_max occurrences, else the most
+// frequent in the even sample of scan_max of them that the tree expander reads (ties: the smaller token).
+token_id level_top(const texts_t & texts, std::span<const token_id> pattern, const naive_counts & c, std::uint64_t scan_max) {
+    if (c.total <= scan_max) return top_of(c.next);
+    std::map<token_id, std::uint64_t> sampled;
+    for (const auto & cont : rest_ref::sample_continuations(texts, pattern, 1, scan_max).conts) {
+        if (!cont.empty()) sampled[cont[0]]++;
+    }
+    return top_of(sampled);
+}
+
 // sa-backoff.h's definition, from naive counts: levels L, L/2, ... while a level has few occurrences.
 struct naive_backoff {
     std::vector<int>          lens;    // longest first
     std::vector<naive_counts> levels;
+    std::vector<token_id>     tops;    // level_top() of each level
     double                    alpha = 1;
+    std::uint64_t             scan_max = 0;
 
     naive_backoff() = default;
     naive_backoff(const texts_t & texts, std::span<const token_id> text, int n_min, int n_max, const backoff_params & p) :
-        alpha(p.alpha) {
+        alpha(p.alpha), scan_max(p.scan_max) {
         const int L = rest_ref::longest_suffix(texts, text, n_max);
         if (L < n_min) return;
         int k = L;
         for (;;) {
             lens.push_back(k);
             levels.push_back(count_naive(texts, text.last(static_cast<std::size_t>(k))));
+            tops.push_back(level_top(texts, text.last(static_cast<std::size_t>(k)), levels.back(), scan_max));
             if (levels.back().total >= p.n_confident || static_cast<int>(levels.size()) >= p.n_levels_max) break;
             const int k2 = std::max(n_min, k / 2);
             if (k2 >= k) break;
@@ -76,11 +90,13 @@ struct naive_backoff {
     // The same levels one token longer each (the text grew by one token); levels without occurrences dropped.
     naive_backoff grown(const texts_t & texts, std::span<const token_id> text) const {
         naive_backoff g;
-        g.alpha = alpha;
+        g.alpha    = alpha;
+        g.scan_max = scan_max;
         for (const int k : lens) {
             naive_counts c = count_naive(texts, text.last(static_cast<std::size_t>(k + 1)));
             if (c.total > 0) {
                 g.lens.push_back(k + 1);
+                g.tops.push_back(level_top(texts, text.last(static_cast<std::size_t>(k + 1)), c, scan_max));
                 g.levels.push_back(std::move(c));
             }
         }
@@ -97,8 +113,7 @@ struct naive_backoff {
     }
     std::vector<token_id> candidates() const {
         std::vector<token_id> out;
-        for (const auto & lv : levels) {
-            const token_id t = top_of(lv.next);
+        for (const token_id t : tops) {
             if (t >= 0 && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
         }
         return out;

@@ -31,8 +31,8 @@ ref_source ref_sa_source(const std::vector<const std::vector<token_id> *> & text
         return s;
     }
     s.match_len = k;
-    const auto conts = rest_ref::continuations(texts, ctx.last(static_cast<std::size_t>(k)), p.depth_max);
-    s.all = rest_ref::score_all(rest_ref::count_prefixes(conts, p.depth_max), conts.size(), alpha);
+    const auto conts = rest_ref::sample_continuations(texts, ctx.last(static_cast<std::size_t>(k)), p.depth_max, p.scan_max);
+    s.all = rest_ref::score_all(rest_ref::count_prefixes(conts, p.depth_max), conts.n_total, alpha);
     return s;
 }
 
@@ -153,7 +153,11 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
         for (const auto & d : hist_docs) {
             hist.add(d);
         }
-        const std::vector<token_id> hist_text = rest_ref::join_documents(hist_docs);
+        // The store's segments in order: a sampled selection reads occurrences segment by segment.
+        std::vector<std::vector<token_id>>       hist_seg_texts;
+        std::vector<const std::vector<token_id> *> hist_texts;
+        for (const auto & seg : hist.snapshot()->segments) hist_seg_texts.push_back(rest_ref::join_documents(seg->documents()));
+        for (const auto & t : hist_seg_texts) hist_texts.push_back(&t);
 
         drafter_params p;
         p.n_match_max       = std::vector<int>{2, 4, 16}[round % 3];
@@ -168,7 +172,6 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
         p.n_context_occ_max = (round % 5 == 0) ? 3 : 256;
         p.scan_max          = (round % 2) ? 0 : 64;
         p.cache_min         = (round % 3 == 0) ? 0 : 256;  // 0: every selection goes through the cache
-        p.n_probe_max       = UINT64_MAX;
         drafter dr(&ds, &hist, p);
 
         const auto  texts = ds.texts();
@@ -188,7 +191,7 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
             const int n = std::min(n_budget, p.n_budget_max);
             const ref_source r_ds   = ref_sa_source(texts, ctx, p, p.alpha_datastore);
             const ref_source r_ctx  = ref_context_source(ctx, p);
-            const ref_source r_hist = ref_sa_source({&hist_text}, ctx, p, p.alpha_history);
+            const ref_source r_hist = ref_sa_source(hist_texts, ctx, p, p.alpha_history);
             ASSERT_EQ(st.match_len_datastore, r_ds.match_len) << where;
             ASSERT_EQ(st.match_len_context, r_ctx.match_len) << where;
             ASSERT_EQ(st.match_len_history, r_hist.match_len) << where;

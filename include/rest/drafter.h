@@ -48,9 +48,8 @@ struct drafter_params {
     double weight_history   = 1.0;  // in (0, 1]
 
     // Cost limits (they never make a count inexact; they can only make a selection miss small nodes).
-    std::uint64_t scan_max          = 64;       // nodes with at most this many occurrences are read in full
+    std::uint64_t scan_max          = 64;       // continuations read per match: all up to this many, else a sample
     std::uint64_t cache_min         = 256;      // selections under matches with more occurrences are cached
-    std::uint64_t n_probe_max       = 1 << 14;  // suffix-array probes per source and step for children discovery
     std::size_t   n_context_occ_max = 64;       // most recent context occurrences kept for the context trie
 
     // Chains (draft_chain()): grown token by token, each step re-querying every source with the context plus the
@@ -77,10 +76,9 @@ struct draft_stats {
 
     std::uint64_t match_count_context = 0;    // occurrences of the context match (after n_context_occ_max)
     std::uint64_t match_count_history = 0;
-    std::uint64_t n_probes  = 0;              // suffix-array entries read while selecting (datastore + history)
+    std::uint64_t n_probes  = 0;              // continuations read while selecting (datastore + history)
     std::uint64_t n_extend  = 0;              // match updates done by narrowing the previous match
     std::uint64_t n_find    = 0;              // whole-pattern searches done by match updates
-    bool          cut       = false;          // a source hit n_probe_max (selection may miss small nodes)
     double        t_match_us  = 0;            // part of t_draft_us spent updating matches
     double        t_select_us = 0;            // part of t_draft_us spent selecting and merging
 };

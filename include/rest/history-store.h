@@ -5,7 +5,7 @@
 // granularity). A document longer than the bound keeps only its last n_tokens_max tokens.
 //
 // Search: the documents live in a few immutable segments, each a small in-memory suffix array (index_shard over
-// u32 tokens), so drafting gets exact counts from the same code as the datastore. Segments form a time-ordered
+// u32 tokens), so drafting gets its counts from the same code as the datastore. Segments form a time-ordered
 // log-structured list: a new document becomes its own segment, and the newest two merge while the newer one is at
 // least half the size of the older (sizes roughly halve from old to new: O(log) segments; each token is
 // re-sorted O(log) times). Segments never grow beyond n_tokens_max / 4, and eviction drops whole oldest segments,

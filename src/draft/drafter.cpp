@@ -201,7 +201,6 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
     ep.n_top       = std::clamp(n_budget, 0, d.p.n_budget_max);
     ep.depth_max   = d.p.depth_max;
     ep.scan_max    = d.p.scan_max;
-    ep.n_probe_max = d.p.n_probe_max;
 
     const cand_tree * t_ds   = &d.x_ds.none();
     const cand_tree * t_ctx  = &d.x_ctx.none();
@@ -266,7 +265,6 @@ draft_tree drafter::draft(int n_budget, draft_stats * stats) {
         st.n_nodes_prediction += (m & static_cast<std::uint8_t>(draft_source::prediction)) != 0;
     }
     st.n_probes    = t_ds->n_probes + t_hist->n_probes;
-    st.cut         = t_ds->cut || t_hist->cut;
     st.n_extend    = counters.n_extend;
     st.n_find      = counters.n_find;
     st.t_draft_us  = us_since(t0);

@@ -21,7 +21,7 @@ class expand_cache {
     // The cached tree for these roots, truncated to n_top, or nullptr. Valid until the next put().
     const cand_tree * find(std::span<const sa_root> roots, std::uint32_t depth0, int n_top) {
         for (entry & e : entries_) {
-            if (e.depth0 != depth0 || e.ranges.size() != roots.size() || !(e.n_top == n_top || (e.n_top > n_top && !e.tree.cut))) {
+            if (e.depth0 != depth0 || e.ranges.size() != roots.size() || e.n_top < n_top) {
                 continue;
             }
             bool same = true;

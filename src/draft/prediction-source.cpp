@@ -123,7 +123,6 @@ const cand_tree & prediction_source::draft(int n, cand_tree & out) const {
     out.nodes.clear();
     out.root_count = 1;
     out.n_probes   = 0;
-    out.cut        = false;
     const auto   L     = static_cast<std::int64_t>(size());
     double score = 1.0;
     for (std::int64_t i = s_; i < L && i - s_ < n; ++i) {

@@ -1,4 +1,4 @@
-// Best-first selection of the most probable continuations of a match, with exact counts.
+// Best-first selection of the most probable continuations of a match, with counts (exact up to scan_max).
 //
 // A source's continuations form a counted trie: the root is the matched context suffix (count = its occurrences)
 // and a node's count is the number of occurrences whose continuation starts with the node's path. Continuations
@@ -10,15 +10,12 @@
 // order uses w * score: rounding can make two different scores equal after weighting, and the merge (which
 // compares weighted scores across sources) is exact only if each source was cut in that same order.
 //
-// On a suffix array a node is a range per shard and its children are contiguous runs inside it, sorted by the next
-// token. Children are discovered lazily: probing a range at stride s finds every run of length >= s (binary
-// searches between neighbouring probes give its exact bounds), and the longest stretch between known runs bounds
-// the count of any child not yet seen.
-// That bound enters the best-first queue as a placeholder; when it reaches the top, the stride halves inside the
-// gaps. So a huge range is never scanned: work is proportional to range / (count of the n_top-th best node).
-// Nodes with few occurrences (scan_max) are read in full instead: one random access per occurrence gives its whole
-// continuation, the accesses are independent (their cache misses overlap), and within one shard the rows come out
-// already sorted (suffix-array order), so every descendant is a contiguous row span at no further cost.
+// On a suffix array the match is a range per shard. Its continuations are read as rows (one random access per
+// occurrence gives the whole continuation; the accesses are independent, so their cache misses overlap), and within
+// one shard the rows come out sorted (suffix-array order), so every node is a contiguous row span at no further
+// cost. A match with more than scan_max occurrences is read at scan_max of them, evenly spaced over its ranges: the
+// counts are then estimates (each row standing for n / scan_max occurrences, rounded), good to about one row's
+// share, and the work per call is bounded whatever the index's size (tree-expand.cpp gives the measurements).
 #pragma once
 
 #include "rest/index-shard.h"
@@ -35,8 +32,7 @@ struct expand_params {
     int           n_top       = 16;       // nodes to select
     int           depth_max   = 10;       // deepest node (root children have depth 1)
     double        alpha       = 0.0;      // count smoothing in the score ratio (0: plain count ratios)
-    std::uint64_t scan_max    = 64;       // nodes with at most this many occurrences are read in full
-    std::uint64_t n_probe_max = 1 << 14;  // suffix-array probes per call before discovery stops (then cut = true)
+    std::uint64_t scan_max    = 64;       // occurrences read: all of a match with at most this many, else a sample
     double        weight      = 1.0;      // the source's weight: nodes are ordered (and returned) by weight * score
 };
 
@@ -44,15 +40,15 @@ struct cand_node {
     token_id      token  = 0;
     std::int32_t  parent = -1;  // index in cand_tree::nodes; -1: a child of the match
     std::int32_t  depth  = 1;
-    std::uint64_t count  = 0;   // exact occurrences of the path after the match, summed over shards
+    std::uint64_t count  = 0;   // occurrences of the path after the match, summed over shards (estimated from
+                                //   scan_max rows for a match with more)
     double        score  = 0;   // weight * path score (the order key; see expand_params::weight)
 };
 
 struct cand_tree {
     std::vector<cand_node> nodes;           // selection order (see above); parents precede children
     std::uint64_t          root_count = 0;  // occurrences of the match
-    std::uint64_t          n_probes   = 0;  // suffix-array entries read while discovering children
-    bool                   cut        = false;  // discovery stopped at n_probe_max: small nodes may be missing
+    std::uint64_t          n_probes   = 0;  // suffix-array entries read (occurrences whose continuation was read)
 };
 
 // The score of a child with `count` occurrences under a parent with `parent_count` and `parent_score`. Every

@@ -42,6 +42,19 @@ inline std::uint64_t sort_key(const std::vector<token_id> & text, std::size_t po
     return text[pos] == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(text[pos]) + 1;
 }
 
+// Whether the suffix at a sorts before the one at b, token by token.
+inline bool suffix_less(const std::vector<token_id> & text, std::size_t a, std::size_t b) {
+    for (std::size_t k = 0;; ++k) {
+        const std::uint64_t x = sort_key(text, a + k), y = sort_key(text, b + k);
+        if (x != y) {
+            return x < y;
+        }
+        if (x == 0) {
+            return false;  // both ran off the end: equal (only possible when a == b)
+        }
+    }
+}
+
 // Suffix array by sorting positions with a token-by-token comparison; suffixes starting with a separator are left
 // out, as in a datastore.
 inline std::vector<std::uint32_t> naive_suffix_array(const std::vector<token_id> & text) {
@@ -51,17 +64,7 @@ inline std::vector<std::uint32_t> naive_suffix_array(const std::vector<token_id>
             sa.push_back(static_cast<std::uint32_t>(i));
         }
     }
-    std::sort(sa.begin(), sa.end(), [&](std::uint32_t a, std::uint32_t b) {
-        for (std::size_t k = 0;; ++k) {
-            const std::uint64_t x = sort_key(text, a + k), y = sort_key(text, b + k);
-            if (x != y) {
-                return x < y;
-            }
-            if (x == 0) {
-                return false;  // both ran off the end: equal (only possible when a == b)
-            }
-        }
-    });
+    std::sort(sa.begin(), sa.end(), [&](std::uint32_t a, std::uint32_t b) { return suffix_less(text, a, b); });
     return sa;
 }
 
@@ -141,6 +144,47 @@ inline std::vector<path_t> continuations(const std::vector<const std::vector<tok
         }
     }
     return out;
+}
+
+// The continuations expand_sa reads (src/draft/tree-expand.h): after every occurrence of pattern, texts in order
+// and each text's occurrences in suffix order; or, with more than scan_max (at least 1) of them, after the ones at
+// (2j + 1) n / (2 scan_max) for j < scan_max, the middles of equal strides. n_total counts all occurrences.
+struct sampled_continuations {
+    std::vector<path_t> conts;
+    std::uint64_t       n_total = 0;
+};
+
+inline sampled_continuations sample_continuations(const std::vector<const std::vector<token_id> *> & texts,
+                                                  std::span<const token_id> pattern, int depth_max,
+                                                  std::uint64_t scan_max) {
+    std::vector<std::pair<const std::vector<token_id> *, std::size_t>> occ;
+    for (const auto * t : texts) {
+        std::vector<std::size_t> pos = occurrences(*t, pattern);
+        std::sort(pos.begin(), pos.end(), [&](std::size_t a, std::size_t b) { return suffix_less(*t, a, b); });
+        for (const std::size_t p : pos) occ.push_back({t, p});
+    }
+    sampled_continuations s;
+    s.n_total             = occ.size();
+    const std::uint64_t m = std::min<std::uint64_t>(s.n_total, std::max<std::uint64_t>(1, scan_max));
+    for (std::uint64_t j = 0; j < m; ++j) {
+        const auto & [t, i] = occ[((2 * j + 1) * s.n_total) / (2 * m)];
+        path_t c;
+        for (std::size_t k = i + pattern.size(); k < t->size() && (*t)[k] != k_doc_end && static_cast<int>(c.size()) < depth_max; ++k) {
+            c.push_back((*t)[k]);
+        }
+        s.conts.push_back(c);
+    }
+    return s;
+}
+
+// Every prefix of the sampled continuations counted, each row standing for its share of all occurrences (rounded).
+inline std::map<path_t, std::uint64_t> count_prefixes(const sampled_continuations & s, int depth_max) {
+    std::map<path_t, std::uint64_t> counts = count_prefixes(s.conts, depth_max);
+    const std::uint64_t             n = s.n_total, m = s.conts.size();
+    if (n != m) {
+        for (auto & [p, c] : counts) c = (2 * c * n + m) / (2 * m);
+    }
+    return counts;
 }
 
 struct node {
