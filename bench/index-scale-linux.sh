@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 20's scale benchmark: one index of the Linux source (.c/.h of linux-source-6.1) grown by appending
-# /usr/include, against building /usr/include alone, with a 32k-vocabulary tokenizer (llama.cpp's
+# /usr/include (then compacted to one shard), against building /usr/include alone, with a 32k-vocabulary tokenizer (llama.cpp's
 # models/ggml-vocab-llama-spm.gguf by default: the index needs only a tokenizer, and a vocab-only GGUF is one). Then
-# the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree) on both indexes: evicted from
+# the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree) on the indexes: evicted from
 # the page cache, page-cached, and page-cached SETTLE_MS after open (the bigram tables are built by then). A
 # benchmark, not a test: the Linux build takes about 15 minutes of one core and ~3.5 GB of memory.
 #
@@ -59,12 +59,17 @@ if [[ ! -s $work/append.time ]]; then
     cp "$work/linux.idx" "$work/linux-include.idx"
 fi
 timed append "$rest" index append -m "$vocab" -t "$threads" "$work/linux-include.idx" /usr/include
+if [[ ! -s $work/compact.time ]]; then
+    cp "$work/linux-include.idx" "$work/linux-include-compact.idx"
+fi
+timed compact "$rest" index compact "$work/linux-include-compact.idx"
 
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== tokenizer: $vocab"
-for name in linux include append; do
+for name in linux include append compact; do
     idx=$work/$name.idx
     [[ $name == append ]] && idx=$work/linux-include.idx
+    [[ $name == compact ]] && idx=$work/linux-include-compact.idx
     tokens=$("$rest" index inspect --json "$idx" | python3 -c "import json,sys; print(json.load(sys.stdin)['tokens'])")
     bytes=$(stat -c %s "$idx")
     peak_kb=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/$name.time")
@@ -73,11 +78,11 @@ for name in linux include append; do
     printf "%-8s tokens %d, wall %s, CPU %.1f s, peak RSS %d KiB = %.2f B/token, disk %d B = %.2f B/token\n" \
         "$name" "$tokens" "$wall" "$cpu" "$peak_kb" "$(echo "$peak_kb * 1024 / $tokens" | bc -l)" "$bytes" \
         "$(echo "$bytes / $tokens" | bc -l)"
-    grep -h '^time:' "$work/$name.out" | sed 's/^/         /'
+    grep -hE '^(time|compacted)' "$work/$name.out" | sed 's/^/         /'
 done
 
 # The draft step: one fresh process per condition, twice each, interleaved.
-for idx in "$work/linux-include.idx" "$work/include.idx"; do
+for idx in "$work/linux-include.idx" "$work/linux-include-compact.idx" "$work/include.idx"; do
     for run in 1 2; do
         for cond in "--evict" "" "--settle-ms $settle"; do
             echo "== $(basename "$idx"), run $run, ${cond:-page-cached}"

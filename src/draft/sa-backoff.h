@@ -8,7 +8,8 @@
 // comes first. With c_k(t) the occurrences of the k-suffix followed by token t and C_k all its occurrences,
 //     P_k(t) = (c_k(t) + alpha * P_{k'}(t)) / (C_k + alpha),   k' the next shorter level, P below the last = 0,
 // and the estimate is P_{k_0}(t): an interpolated (Dirichlet-prior) estimate whose prior is the shorter context's.
-// With a confident longest match (C_L >= n_confident) it is the tree's c_L(t) / (C_L + alpha) exactly.
+// With a confident longest match (C_L >= n_confident) it is c_L(t) / (C_L + alpha), the tree's score with exact
+// counts (the tree samples a match of more than scan_max occurrences; these counts are always exact).
 // Candidates for the next token: the most frequent continuation of each level (ties: the smaller token id).
 // Occurrences are summed over shards (a shard where the longest match is shorter contributes nothing to level 0).
 //
