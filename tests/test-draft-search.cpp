@@ -105,7 +105,7 @@ TEST(draft_search, sa_find_edge_cases) {
 TEST(draft_search, incremental_match_equals_scan) {
     std::mt19937 rng(2);
     for (const corpus_case & c : k_cases) {
-        for (const int n_max : {1, 3, 16}) {
+        for (const int n_max : {1, 3, 16, 100}) {
             const auto      docs = rest_ref::random_documents(rng, c.n_docs, c.len_max, c.n_vocab);
             const ref_shard shard(rest_ref::join_documents(docs), c.width);
             const index_shard s = shard.view();
