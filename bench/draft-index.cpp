@@ -14,9 +14,9 @@
 // rate.
 //
 // --dump writes one line per step (wall us, probes, match us, finds, match length, match count), the cold steps
-// included. The same steps in
-// two runs of a binary are slow or fast together (log-wall correlation 0.90 on /usr/include): the slow ones are slow
-// for their work, and the minimum of two runs per step compares binaries with the machine's noise mostly removed.
+// included. The same steps in two runs of a binary are slow or fast together (log-wall correlation 0.90 on
+// /usr/include): the slow ones are slow for their work, and the minimum of two runs per step compares binaries with
+// the machine's noise mostly removed (run each pair in both orders: the first of a pair has come out faster).
 //
 // --evict asks the kernel to drop the index files from the page cache (posix_fadvise DONTNEED: only these files,
 // nothing else on the machine) before opening them, and reports how much of each was resident before and after

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 20's scale benchmark: one index of the Linux source (.c/.h of linux-source-6.1) grown by appending
-# /usr/include (then compacted to one shard), against building /usr/include alone, with a 32k-vocabulary tokenizer (llama.cpp's
-# models/ggml-vocab-llama-spm.gguf by default: the index needs only a tokenizer, and a vocab-only GGUF is one). Then
+# /usr/include (then compacted: its shards merged), against building /usr/include alone, with a 32k-vocabulary
+# tokenizer (llama.cpp's models/ggml-vocab-llama-spm.gguf by default: the index needs only a tokenizer, and a
+# vocab-only GGUF is one). Then
 # the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree) on the indexes: evicted from
 # the page cache, page-cached, and page-cached SETTLE_MS after open (the bigram tables are built by then). A
 # benchmark, not a test: the Linux build takes about 15 minutes of one core and ~3.5 GB of memory.

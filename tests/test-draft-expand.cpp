@@ -112,32 +112,37 @@ TEST(draft_expand, sa_selection_equals_brute_force) {
     EXPECT_GT(n_sampled, 50) << "the trials should often read a sample";
 }
 
-// A sample's counts are estimates: in one shard a node's occurrences are one run of ranks, which holds its share of
-// the evenly spaced rows to within one row, so every count is within one row's share (n / scan_max) of the truth.
-TEST(draft_expand, sampled_counts_are_within_a_row_of_exact) {
-    std::mt19937    rng(12);
-    const shard_set set = make_shards(rng, 1, 200, 200, 30);
-    int             n_nodes = 0;
-    for (const token_id first : {0, 1, 2, 3}) {
-        const token_id       pat[] = {first};
-        std::vector<sa_root> roots;
-        for (const index_shard & v : set.views) {
-            roots.push_back({&v, sa_find(v, pat)});
-        }
-        expand_params ep;
-        ep.n_top    = 64;
-        ep.scan_max = 32;
-        const cand_tree got = expand_sa(roots, 1, ep);
-        ASSERT_GT(got.root_count, 10 * ep.scan_max) << "the test wants a match much larger than the sample";
-        const auto   counts = rest_ref::count_prefixes(rest_ref::continuations(set.texts, pat, ep.depth_max), ep.depth_max);
-        const double row    = static_cast<double>(got.root_count) / static_cast<double>(ep.scan_max);
-        for (const rest_ref::node & n : as_nodes(got)) {
-            EXPECT_LE(std::abs(static_cast<double>(n.count) - static_cast<double>(counts.at(n.path))), row + 1)
-                << "path " << show(n.path);
-            ++n_nodes;
+// A sample's counts are estimates: in each shard a node's occurrences are one run of ranks, which holds its share
+// of the evenly spaced rows to within one row, so every count is within one row's share (n / scan_max) per shard of
+// the truth.
+TEST(draft_expand, sampled_counts_are_within_a_row_per_shard_of_exact) {
+    std::mt19937 rng(12);
+    int          n_nodes = 0;
+    for (const int n_shards : {1, 3}) {
+        const shard_set set = make_shards(rng, n_shards, 200 / n_shards, 200, 30);
+        for (const token_id first : {0, 1, 2, 3}) {
+            const token_id       pat[] = {first};
+            std::vector<sa_root> roots;
+            for (const index_shard & v : set.views) {
+                roots.push_back({&v, sa_find(v, pat)});
+            }
+            expand_params ep;
+            ep.n_top    = 64;
+            ep.scan_max = 32;
+            const cand_tree got = expand_sa(roots, 1, ep);
+            ASSERT_GT(got.root_count, 10 * ep.scan_max) << "the test wants a match much larger than the sample";
+            const auto counts =
+                rest_ref::count_prefixes(rest_ref::continuations(set.texts, pat, ep.depth_max), ep.depth_max);
+            const double row = static_cast<double>(got.root_count) / static_cast<double>(ep.scan_max);
+            for (const rest_ref::node & n : as_nodes(got)) {
+                EXPECT_LE(std::abs(static_cast<double>(n.count) - static_cast<double>(counts.at(n.path))),
+                          n_shards * row + 1)
+                    << n_shards << " shards, path " << show(n.path);
+                ++n_nodes;
+            }
         }
     }
-    EXPECT_GT(n_nodes, 100);
+    EXPECT_GT(n_nodes, 200);
 }
 
 TEST(draft_expand, rows_selection_equals_brute_force) {
@@ -178,4 +183,17 @@ TEST(draft_expand, empty_inputs) {
     EXPECT_TRUE(expand_sa({}, 0, ep).nodes.empty());
     ep.n_top = 0;
     EXPECT_TRUE(expand_rows(std::vector<token_id>{1, 2}, 2, ep).nodes.empty());
+    // Nothing asked for: no rows read, but the match's size is still reported.
+    const ref_shard   shard(rest_ref::join_documents({{1, 2, 1, 3}}), 2);
+    const index_shard v       = shard.view();
+    const token_id    one[]   = {1};
+    const sa_root     root{&v, sa_find(v, one)};
+    for (const auto & [n_top, depth_max] : {std::pair{0, 3}, std::pair{4, 0}}) {
+        ep.n_top     = n_top;
+        ep.depth_max = depth_max;
+        const cand_tree t = expand_sa({&root, 1}, 1, ep);
+        EXPECT_TRUE(t.nodes.empty());
+        EXPECT_EQ(t.root_count, 2u);
+        EXPECT_EQ(t.n_probes, 0u);
+    }
 }

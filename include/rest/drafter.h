@@ -7,7 +7,8 @@
 // suffix arrays of all shards, counts summed), the context (the same suffix inside prompt + output so far) and
 // the history store (earlier outputs; the drafter searches the snapshot taken at reset()), and per request a
 // prediction (a text the output is expected to repeat with edits: set_prediction()). Each proposes its own
-// best nodes by exact continuation counts; they are merged into one trie and the best n_budget nodes are returned
+// best nodes by continuation counts (exact up to scan_max occurrences, estimated from a sample of scan_max above
+// that); they are merged into one trie and the best n_budget nodes are returned
 // best-first (src/draft/tree-expand.h and tree-merge.h give the exact order).
 #pragma once
 
@@ -47,8 +48,9 @@ struct drafter_params {
     double weight_context   = 1.0;  // in (0, 1]
     double weight_history   = 1.0;  // in (0, 1]
 
-    // Cost limits (they never make a count inexact; they can only make a selection miss small nodes).
-    std::uint64_t scan_max          = 64;       // continuations read per match: all up to this many, else a sample
+    // Cost limits.
+    std::uint64_t scan_max          = 64;       // continuations read per match: all up to this many, else this many
+                                                // evenly spaced (counts estimated; 0 reads one)
     std::uint64_t cache_min         = 256;      // selections under matches with more occurrences are cached
     std::size_t   n_context_occ_max = 64;       // most recent context occurrences kept for the context trie
 

@@ -1,9 +1,11 @@
 // A small per-drafter cache of expand_sa results for matches with many occurrences.
 //
-// Why: the expensive selections are the ones under short, frequent matches (thousands to millions of
-// occurrences), and those matches recur within a request ("\n\n", ") {"...). A suffix array never changes (and the
-// history snapshot is fixed for a request), so a match's ranges identify its candidate tree exactly; a result
-// computed for n nodes also answers any smaller n by truncation, since the selection order is a total order.
+// Why: a selection under a short, frequent match (hundreds to millions of occurrences) reads scan_max continuations
+// at random places of the index, and those matches recur within a request ("\n\n", ") {"...). It still pays with
+// sampled selections: on the stdlib index with all sources a step's mean was 4.97-5.20 us with it against 5.28-5.44
+// without (2026-12-03). A suffix array never changes (and the history snapshot is fixed for a request), so a match's
+// ranges identify its candidate tree exactly; a result computed for n nodes also answers any smaller n by
+// truncation, since the selection order is a total order and the sample does not depend on n.
 #pragma once
 
 #include "tree-expand.h"

@@ -10,7 +10,8 @@
 // and the estimate is P_{k_0}(t): an interpolated (Dirichlet-prior) estimate whose prior is the shorter context's.
 // With a confident longest match (C_L >= n_confident) it is c_L(t) / (C_L + alpha), the tree's score with exact
 // counts (the tree samples a match of more than scan_max occurrences; these counts are always exact).
-// Candidates for the next token: the most frequent continuation of each level (ties: the smaller token id).
+// Candidates for the next token: the most frequent continuation of each level (ties: the smaller token id); above
+// scan_max occurrences, the most frequent in the tree's even sample of scan_max of them.
 // Occurrences are summed over shards (a shard where the longest match is shorter contributes nothing to level 0).
 //
 // Along a chain the levels are chosen where the longest match was last searched for (set()); after that every
@@ -81,8 +82,8 @@ class sa_backoff {
     mutable std::vector<token_id> buf_;
     mutable std::vector<std::pair<token_id, std::uint64_t>> tally_;
     // The most frequent continuation of levels of more than scan_max occurrences, by their ranges. Such levels are
-    // short, frequent matches that recur along a request (an indent, "self."), and finding their continuation
-    // probes the suffix array for every child (expand_sa). Kept until forget() or until set() gets other shards.
+    // short, frequent matches that recur along a request (an indent, "self."), and reading their sample costs
+    // scan_max random accesses (expand_sa). Kept until forget() or until set() gets other shards.
     struct top_entry {
         int                   len = 0;
         std::vector<sa_range> ranges;

@@ -15,26 +15,35 @@ struct row_block {
     std::uint64_t n_total = 0;
 };
 
-// Sorts the rows of a block lexicographically (k_doc_end first). Needed only when rows come from several shards
-// or from outside a suffix array; one shard's rows are already grouped.
-void sort_rows(std::vector<token_id> & arena, const row_block & b) {
+// Most rows read for one selection, whatever scan_max says (scan_max = UINT64_MAX reads every occurrence, as tests
+// do): bounds the arena (a few MB) and keeps row indices in 32 bits.
+constexpr std::uint64_t k_rows_max = 1 << 16;
+
+// Sorts the rows of a block lexicographically (k_doc_end first), with the caller's scratch buffers. Needed only when
+// rows come from several shards or from outside a suffix array; one shard's rows are already grouped.
+void sort_rows(std::vector<token_id> & arena, const row_block & b, std::vector<std::size_t> & order,
+               std::vector<token_id> & sorted) {
     const std::size_t w    = b.width;
     token_id *        base = arena.data();
     auto less = [&](std::size_t x, std::size_t y) {
         return std::lexicographical_compare(base + x * w, base + (x + 1) * w, base + y * w, base + (y + 1) * w);
     };
-    std::vector<std::size_t> order(b.n_rows);
+    order.resize(b.n_rows);
     std::iota(order.begin(), order.end(), 0);
     if (std::is_sorted(order.begin(), order.end(), less)) {
         return;
     }
     std::sort(order.begin(), order.end(), less);
-    std::vector<token_id> sorted(b.n_rows * w);
+    sorted.resize(b.n_rows * w);
     for (std::size_t i = 0; i < b.n_rows; ++i) {
         std::copy_n(base + order[i] * w, w, sorted.begin() + static_cast<std::ptrdiff_t>(i * w));
     }
     std::copy(sorted.begin(), sorted.end(), base);
 }
+
+// A range's size, 0 for an inverted one (a corrupt index's search could in principle give one; reading it as huge
+// would read ranks far outside the suffix array).
+std::uint64_t size_of(sa_range r) { return r.empty() ? 0 : r.size(); }
 
 struct enode {
     token_id      token  = 0;
@@ -67,7 +76,9 @@ struct tree_expander::impl {
         std::size_t   shard;
         std::uint64_t rank;
     };
-    std::vector<pick> picks_;
+    std::vector<pick>        picks_;
+    std::vector<std::size_t> order_;   // sort_rows() scratch
+    std::vector<token_id>    sorted_;
 
     void begin(const expand_params & p) {
         p_ = p;
@@ -82,7 +93,7 @@ struct tree_expander::impl {
 
     const cand_tree & run_sa(std::span<const sa_root> roots, std::uint64_t depth0) {
         std::uint64_t n = 0;
-        for (const sa_root & r : roots) n += r.range.size();
+        for (const sa_root & r : roots) n += size_of(r.range);
         if (n > 0 && p_.depth_max > 0 && p_.n_top > 0) read_rows(roots, depth0, n);
         block_.n_total = n;
         return run();
@@ -93,25 +104,26 @@ struct tree_expander::impl {
         block_.n_rows  = width ? rows.size() / width : 0;
         block_.n_total = block_.n_rows;
         arena_.assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(block_.n_rows * width));
-        sort_rows(arena_, block_);
+        sort_rows(arena_, block_, order_, sorted_);
         return run();
     }
 
     // Reads the continuations (depth_max tokens) of the n occurrences in the roots' ranges: all of them up to
-    // scan_max, else scan_max evenly spaced ones (the middles of n / scan_max equal strides of the ranges laid end
-    // to end), each row then standing for about n / scan_max occurrences. One random access per row, all
+    // scan_max (at least 1, at most k_rows_max), else that many evenly spaced ones (the middles of equal strides of
+    // the ranges laid end to end), each row then standing for about n / scan_max occurrences. One random access per row, all
     // independent (their cache misses overlap): bounded work per call at any size of index, where finding a large
     // range's children exactly cost hundreds of dependent probes (p99 of a draft step on a 600M-token index 117 us
     // exact, 67 us sampled, with the same first-token hit rate and the same M on stories260K and the demo model).
     void read_rows(std::span<const sa_root> roots, std::uint64_t depth0, std::uint64_t n) {
-        const std::uint64_t m = std::min<std::uint64_t>(n, std::max<std::uint64_t>(1, p_.scan_max));
+        const std::uint64_t m = std::min({n, std::max<std::uint64_t>(1, p_.scan_max), k_rows_max});
         picks_.clear();
         std::size_t   shard = 0;
         std::uint64_t off   = 0;  // occurrences in the shards before `shard`
         int           n_parts = 0;
         for (std::uint64_t j = 0; j < m; ++j) {
-            const std::uint64_t g = ((2 * j + 1) * n) / (2 * m);  // j when m == n
-            while (g >= off + roots[shard].range.size()) off += roots[shard++].range.size();
+            // j when m == n; 128 bits: (2j + 1) n must not wrap, or the picks would stop ascending.
+            const auto g = static_cast<std::uint64_t>((static_cast<unsigned __int128>(2 * j + 1) * n) / (2 * m));
+            while (g >= off + size_of(roots[shard].range)) off += size_of(roots[shard++].range);
             if (picks_.empty() || picks_.back().shard != shard) ++n_parts;
             picks_.push_back({shard, roots[shard].range.lo + (g - off)});
         }
@@ -137,7 +149,7 @@ struct tree_expander::impl {
         // Rows of one shard keep suffix-array order: the rows sharing a prefix are contiguous, which is all the
         // grouping needs (k_doc_end rows may sit at both ends of a group, and are skipped). Several shards
         // interleave, so their rows are sorted.
-        if (n_parts > 1) sort_rows(arena_, block_);
+        if (n_parts > 1) sort_rows(arena_, block_, order_, sorted_);
     }
 
     const cand_tree & run() {
@@ -206,7 +218,8 @@ struct tree_expander::impl {
     // The occurrences `rows` rows stand for: themselves, or in a sample their share of the whole, rounded.
     std::uint64_t occurrences(std::uint64_t rows) const {
         const std::uint64_t n = block_.n_total, m = block_.n_rows;
-        return n == m ? rows : (2 * rows * n + m) / (2 * m);
+        return n == m ? rows
+                      : static_cast<std::uint64_t>((static_cast<unsigned __int128>(2 * rows) * n + m) / (2 * m));
     }
 
     // The children of v: the runs of equal tokens at column depth(v) of its rows.

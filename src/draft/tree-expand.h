@@ -15,7 +15,8 @@
 // one shard the rows come out sorted (suffix-array order), so every node is a contiguous row span at no further
 // cost. A match with more than scan_max occurrences is read at scan_max of them, evenly spaced over its ranges: the
 // counts are then estimates (each row standing for n / scan_max occurrences, rounded), good to about one row's
-// share, and the work per call is bounded whatever the index's size (tree-expand.cpp gives the measurements).
+// share per shard (a node's occurrences are one run of ranks in each), and the work per call is bounded whatever
+// the index's size (tree-expand.cpp gives the measurements). scan_max = 0 reads one row.
 #pragma once
 
 #include "rest/index-shard.h"
