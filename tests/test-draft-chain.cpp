@@ -54,7 +54,8 @@ token_id top_of(const std::map<token_id, std::uint64_t> & next) {
 
 // The candidate a level offers: its most frequent next token, exactly up to scan_max occurrences, else the most
 // frequent in the even sample of scan_max of them that the tree expander reads (ties: the smaller token).
-token_id level_top(const texts_t & texts, std::span<const token_id> pattern, const naive_counts & c, std::uint64_t scan_max) {
+token_id level_top(const texts_t & texts, std::span<const token_id> pattern, const naive_counts & c,
+                   std::uint64_t scan_max) {
     if (c.total <= scan_max) return top_of(c.next);
     std::map<token_id, std::uint64_t> sampled;
     for (const auto & cont : rest_ref::sample_continuations(texts, pattern, 1, scan_max).conts) {

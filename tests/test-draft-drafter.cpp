@@ -31,7 +31,8 @@ ref_source ref_sa_source(const std::vector<const std::vector<token_id> *> & text
         return s;
     }
     s.match_len = k;
-    const auto conts = rest_ref::sample_continuations(texts, ctx.last(static_cast<std::size_t>(k)), p.depth_max, p.scan_max);
+    const auto conts =
+        rest_ref::sample_continuations(texts, ctx.last(static_cast<std::size_t>(k)), p.depth_max, p.scan_max);
     s.all = rest_ref::score_all(rest_ref::count_prefixes(conts, p.depth_max), conts.n_total, alpha);
     return s;
 }
@@ -156,7 +157,9 @@ TEST(draft_drafter, merged_tree_equals_brute_force) {
         // The store's segments in order: a sampled selection reads occurrences segment by segment.
         std::vector<std::vector<token_id>>       hist_seg_texts;
         std::vector<const std::vector<token_id> *> hist_texts;
-        for (const auto & seg : hist.snapshot()->segments) hist_seg_texts.push_back(rest_ref::join_documents(seg->documents()));
+        for (const auto & seg : hist.snapshot()->segments) {
+            hist_seg_texts.push_back(rest_ref::join_documents(seg->documents()));
+        }
         for (const auto & t : hist_seg_texts) hist_texts.push_back(&t);
 
         drafter_params p;

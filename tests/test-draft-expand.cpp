@@ -95,8 +95,8 @@ TEST(draft_expand, sa_selection_equals_brute_force) {
                 ep.scan_max  = std::vector<std::uint64_t>{0, 4, 64, 100000}[rng() % 4];
                 const cand_tree got = expand_sa(roots, static_cast<std::uint32_t>(pat.size()), ep);
                 const auto conts = rest_ref::sample_continuations(set.texts, pat, ep.depth_max, ep.scan_max);
-                const auto want  = rest_ref::top(
-                    rest_ref::score_all(rest_ref::count_prefixes(conts, ep.depth_max), conts.n_total, ep.alpha), ep.n_top);
+                const auto counts = rest_ref::count_prefixes(conts, ep.depth_max);
+                const auto want   = rest_ref::top(rest_ref::score_all(counts, conts.n_total, ep.alpha), ep.n_top);
                 EXPECT_EQ(got.root_count, conts.n_total);
                 EXPECT_EQ(got.n_probes, conts.conts.size());
                 std::ostringstream where;

@@ -75,6 +75,7 @@ struct tree_expander::impl {
     struct pick {
         std::size_t   shard;
         std::uint64_t rank;
+        std::uint64_t pos = 0;  // where its continuation starts in the text (read_rows' first pass)
     };
     std::vector<pick>        picks_;
     std::vector<std::size_t> order_;   // sort_rows() scratch
@@ -110,10 +111,11 @@ struct tree_expander::impl {
 
     // Reads the continuations (depth_max tokens) of the n occurrences in the roots' ranges: all of them up to
     // scan_max (at least 1, at most k_rows_max), else that many evenly spaced ones (the middles of equal strides of
-    // the ranges laid end to end), each row then standing for about n / scan_max occurrences. One random access per row, all
-    // independent (their cache misses overlap): bounded work per call at any size of index, where finding a large
-    // range's children exactly cost hundreds of dependent probes (p99 of a draft step on a 600M-token index 117 us
-    // exact, 67 us sampled, with the same first-token hit rate and the same M on stories260K and the demo model).
+    // the ranges laid end to end), each row then standing for about n / scan_max occurrences. One random access per
+    // row, all independent (their cache misses overlap): bounded work per call at any size of index, where finding a
+    // large range's children exactly cost hundreds of dependent probes (draft step p99 on a 600M-token index 54-71 us
+    // sampled against 120-176 us exact, the same first-token hit rate, the same M of fixed chains on stories260K and
+    // the demo model: docs/benchmarks.md, 2026-12-03).
     void read_rows(std::span<const sa_root> roots, std::uint64_t depth0, std::uint64_t n) {
         const std::uint64_t m = std::min({n, std::max<std::uint64_t>(1, p_.scan_max), k_rows_max});
         picks_.clear();
@@ -125,7 +127,7 @@ struct tree_expander::impl {
             const auto g = static_cast<std::uint64_t>((static_cast<unsigned __int128>(2 * j + 1) * n) / (2 * m));
             while (g >= off + size_of(roots[shard].range)) off += size_of(roots[shard++].range);
             if (picks_.empty() || picks_.back().shard != shard) ++n_parts;
-            picks_.push_back({shard, roots[shard].range.lo + (g - off)});
+            picks_.push_back({shard, roots[shard].range.lo + (g - off), 0});
         }
         block_.width  = static_cast<std::size_t>(p_.depth_max);
         block_.n_rows = picks_.size();
@@ -135,11 +137,12 @@ struct tree_expander::impl {
         // each row from lines that are now cached.
         for (std::size_t k = 0; k < picks_.size(); ++k) {
             const index_shard & sh = *roots[picks_[k].shard].shard;
-            base[k * block_.width] = sh.token_at(sh.suffix(picks_[k].rank) + depth0);
+            picks_[k].pos          = sh.suffix(picks_[k].rank) + depth0;
+            base[k * block_.width] = sh.token_at(picks_[k].pos);
         }
         for (std::size_t k = 0; k < picks_.size(); ++k) {
             const index_shard & sh  = *roots[picks_[k].shard].shard;
-            const std::uint64_t pos = sh.suffix(picks_[k].rank) + depth0;
+            const std::uint64_t pos = picks_[k].pos;
             token_id *          row = base + k * block_.width;
             for (std::size_t c = 1; c < block_.width && row[c - 1] != k_doc_end; ++c) {
                 row[c] = sh.token_at(pos + c);

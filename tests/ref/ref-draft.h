@@ -129,18 +129,21 @@ inline std::map<path_t, std::uint64_t> count_prefixes(const std::vector<path_t> 
 }
 
 // Continuations after every occurrence of pattern in the texts, up to depth_max tokens or the document's end.
+// The tokens from text position `from` on, up to depth_max of them or the document's end.
+inline path_t continuation_at(const std::vector<token_id> & text, std::size_t from, int depth_max) {
+    path_t c;
+    for (std::size_t j = from; j < text.size() && text[j] != k_doc_end && static_cast<int>(c.size()) < depth_max; ++j) {
+        c.push_back(text[j]);
+    }
+    return c;
+}
+
 inline std::vector<path_t> continuations(const std::vector<const std::vector<token_id> *> & texts,
                                          std::span<const token_id> pattern, int depth_max) {
     std::vector<path_t> out;
     for (const auto * t : texts) {
         for (const std::size_t i : occurrences(*t, pattern)) {
-            path_t c;
-            for (std::size_t j = i + pattern.size(); j < t->size() && (*t)[j] != k_doc_end &&
-                                                     static_cast<int>(c.size()) < depth_max;
-                 ++j) {
-                c.push_back((*t)[j]);
-            }
-            out.push_back(c);
+            out.push_back(continuation_at(*t, i + pattern.size(), depth_max));
         }
     }
     return out;
@@ -168,11 +171,7 @@ inline sampled_continuations sample_continuations(const std::vector<const std::v
     const std::uint64_t m = std::min<std::uint64_t>(s.n_total, std::max<std::uint64_t>(1, scan_max));
     for (std::uint64_t j = 0; j < m; ++j) {
         const auto & [t, i] = occ[((2 * j + 1) * s.n_total) / (2 * m)];
-        path_t c;
-        for (std::size_t k = i + pattern.size(); k < t->size() && (*t)[k] != k_doc_end && static_cast<int>(c.size()) < depth_max; ++k) {
-            c.push_back((*t)[k]);
-        }
-        s.conts.push_back(c);
+        s.conts.push_back(continuation_at(*t, i + pattern.size(), depth_max));
     }
     return s;
 }
