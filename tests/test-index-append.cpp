@@ -2,6 +2,7 @@
 // every lookup as one built from A and B does, and both as a naive scan over the documents; an interrupted or refused
 // append leaves the old file as it was; readers that have the old file open keep working; compaction merges
 // shards without changing an answer.
+#include "index-version1.h"
 #include "rest/datastore.h"
 #include "rest/index-builder.h"
 #include "test-util.h"
@@ -124,6 +125,28 @@ TEST(index_append, answers_as_a_full_build_and_a_naive_scan) {
             EXPECT_EQ(read_all(appended), read_all(full)) << "compacting A+B is building A and B at once";
         }
     }
+}
+
+// A base written by format version 1 (no bigram tables) takes an append: its shards are copied as they are (readers
+// build their tables after open, as before), the new ones carry theirs, and the answers are the naive scan's.
+TEST(index_append, onto_a_version_1_base) {
+    const docs_t a = some_docs(80, 3, 12), b = some_docs(70, 4, 12);
+    docs_t       ab = a;
+    ab.insert(ab.end(), b.begin(), b.end());
+    const std::string built = tmp_path("a-v2.idx"), old = tmp_path("a-v1.idx");
+    build(built, a, 300);
+    rest_test::write_version1_copy(built, old);
+    const auto n_a = rest::datastore::open(old)->info().n_shards;
+    build(old, b, 300, old);
+    const auto ds = rest::datastore::open(old, 0xABCDEF, "", rest::datastore::access::one_pass);
+    ds->verify();
+    EXPECT_EQ(ds->info().format_version, 2u);
+    ASSERT_GT(ds->info().n_shards, n_a);
+    for (std::size_t i = 0; i < ds->shards().size(); ++i) {
+        rest::sa_range r;
+        EXPECT_EQ(ds->shards()[i].bigram_range(1, 2, r), i >= n_a) << "shard " << i << ": a table from the file";
+    }
+    expect_lookups_match(*ds, ab, 9);
 }
 
 // `--index A --index B`: two files opened as one answer as one index of A and B, and a file of another tokenizer

@@ -75,7 +75,7 @@ TEST(index_file, round_trip_counts) {
             rest::write_datastore(path, docs, synthetic(n_vocab), p);
             const auto   ds   = rest::datastore::open(path, 0xABCDEF, "synthetic");
             const auto & info = ds->info();
-            EXPECT_EQ(info.format_version, 1u);
+            EXPECT_EQ(info.format_version, 2u);
             EXPECT_EQ(info.n_documents, 200u);
             EXPECT_EQ(info.n_tokens, n_tokens);
             EXPECT_EQ(info.token_width, n_vocab < 65535 ? 2 : 4);
@@ -197,7 +197,7 @@ TEST_F(index_bad_file, future_version) {
     const std::uint32_t version = rest::index_format::k_version + 1;
     std::memcpy(b.data() + offsetof(rest::index_format::file_header, version), &version, 4);
     write_all(bad_, b);
-    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "version 2", "newer"});
+    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "version " + std::to_string(rest::index_format::k_version + 1), "newer"});
 }
 
 TEST_F(index_bad_file, corrupt_header) {
@@ -226,9 +226,13 @@ TEST_F(index_bad_file, flipped_byte_caught_by_verify) {
         const char *  section;
     };
     const auto & e = table[1];
+    ASSERT_GT(e.n_bigrams, 0u) << "the fixture's shard has a bigram table";
+    const std::uint64_t n_buckets = rest::index_format::n_buckets_for(hd.n_vocab);
     for (const spot s : {spot{e.text_offset + 3, "shard 1 text"}, spot{e.sa_offset + 5, "shard 1 suffix array"},
                          spot{e.sa_offset + e.n_sa * 4 - 1, "shard 1 suffix array"},
-                         spot{e.bucket_offset + 11, "shard 1 first-token table"}}) {
+                         spot{e.bucket_offset + 11, "shard 1 first-token table"},
+                         spot{e.bigram_offset + n_buckets * 4 + 6, "shard 1 bigram table"},
+                         spot{e.bigram_offset + (n_buckets + 2 * e.n_bigrams) * 4 - 1, "shard 1 bigram table"}}) {
         auto b = bytes_;
         b[s.offset] ^= 0x10;
         write_all(bad_, b);
@@ -237,7 +241,7 @@ TEST_F(index_bad_file, flipped_byte_caught_by_verify) {
             ds = rest::datastore::open(bad_);
         } catch (const rest::user_error & err) {
             // A flipped bucket entry can break the table's sum, which open() checks cheaply; also fine.
-            EXPECT_NE(std::string(err.what()).find("first-token"), std::string::npos) << err.what();
+            EXPECT_NE(std::string(err.what()).find(s.section), std::string::npos) << err.what();
             continue;
         }
         expect_user_error([&] { ds->verify(); }, {bad_, s.section, "checksum"});

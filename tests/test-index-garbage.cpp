@@ -1,8 +1,8 @@
 // An index whose framing is valid (header and shard table pass their checksums) but whose data sections hold
-// garbage never crashes the engine: each section in turn (text, suffix array, first-token table) is overwritten
-// with random bytes, all-ones, all-zeros or in-range but wrong values; opening the file then either fails with one
-// line naming the section, or generation drafts from it and still emits plain decoding's tokens (verification turns
-// bad drafts into rejected ones). Random text values reach past the vocabulary, which the decoder must drop.
+// garbage never crashes the engine: each section in turn (text, suffix array, first-token table, the bigram table's
+// runs) is overwritten with random bytes, all-ones, all-zeros or in-range but wrong values; opening the file then
+// either fails with one line naming the section, or generation drafts from it and still emits plain decoding's
+// tokens (verification turns bad drafts into rejected ones). Random text values reach past the vocabulary, which the decoder must drop.
 #include "decode/online-budget.h"
 #include "index/index-format.h"
 #include "rest/datastore.h"
@@ -31,7 +31,7 @@ void write_file(const std::string & path, const std::vector<char> & bytes) {
     std::ofstream(path, std::ios::binary).write(bytes.data(), (std::streamsize) bytes.size());
 }
 
-enum class section { text, sa, buckets };
+enum class section { text, sa, buckets, bigrams };
 // sparse: one entry in five replaced by a random value (mostly intact text whose drafts carry ids past the vocabulary)
 enum class garbage { random, ones, zeros, in_range, sparse };
 
@@ -44,10 +44,22 @@ void corrupt(std::vector<char> & f, section which, garbage how, std::uint64_t se
         fmt::shard_entry e;
         std::memcpy(&e, f.data() + hd.table_offset + i * sizeof e, sizeof e);
         const std::uint64_t n_buckets = fmt::n_buckets_for(hd.n_vocab);
-        const std::uint64_t off = which == section::text ? e.text_offset : which == section::sa ? e.sa_offset : e.bucket_offset;
+        if (which == section::bigrams) {
+            EXPECT_GT(e.n_bigrams, 0u) << "shard " << i << " has no bigram table to corrupt";
+        }
+        const std::uint64_t off = which == section::text      ? e.text_offset
+                                  : which == section::sa      ? e.sa_offset
+                                  : which == section::buckets ? e.bucket_offset
+                                                              : e.bigram_offset + n_buckets * 4;
         const std::uint64_t width = which == section::text ? hd.token_width : 4;
-        const std::uint64_t n = which == section::text ? e.n_text : which == section::sa ? e.n_sa : n_buckets;
-        // In range: what each entry could hold in a valid file (a token id, a text position, a rank).
+        const std::uint64_t n     = which == section::text      ? e.n_text
+                                    : which == section::sa      ? e.n_sa
+                                    : which == section::buckets ? n_buckets
+                                  // the runs' keys and first ranks: open checks the run offsets before them
+                                  // (as the first-token table), a lookup bounds what these give
+                                                                : 2 * e.n_bigrams;
+        // In range: what each entry could hold in a valid file (a token id, a text position, a rank, a run's
+        // offset, key or first rank).
         const std::uint64_t range = which == section::text ? (std::uint64_t) hd.n_vocab : which == section::sa ? e.n_text : e.n_sa + 1;
         for (std::uint64_t k = 0; k < n; ++k) {
             if (how == garbage::sparse && rng() % 5 != 0) continue;
@@ -86,7 +98,7 @@ TEST(index_garbage, every_data_section_gives_an_error_or_plain_output) {
     const std::vector<char> bytes = read_file(good);
     int          n_errors = 0, n_generated = 0;
     std::int64_t n_drafted_total = 0;
-    for (const section which : {section::text, section::sa, section::buckets}) {
+    for (const section which : {section::text, section::sa, section::buckets, section::bigrams}) {
         for (const garbage how : {garbage::random, garbage::ones, garbage::zeros, garbage::in_range, garbage::sparse}) {
             const std::string what = "section " + std::to_string((int) which) + ", garbage " + std::to_string((int) how);
             std::vector<char> f = bytes;
@@ -135,7 +147,7 @@ TEST(index_garbage, every_data_section_gives_an_error_or_plain_output) {
     }
     std::printf("garbage sections: %d refused at open, %d generated from (%lld datastore draft nodes; outputs = plain)\n",
                 n_errors, n_generated, (long long) n_drafted_total);
-    EXPECT_EQ(n_errors + n_generated, 15);
+    EXPECT_EQ(n_errors + n_generated, 20);
     EXPECT_GE(n_errors, 3) << "a garbage first-token table is refused at open";
 }
 

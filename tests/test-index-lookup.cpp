@@ -1,4 +1,5 @@
 // Interval lookups, continuations and document boundaries of built datastores, against naive scans.
+#include "index-version1.h"
 #include "ref/ref-index.h"
 #include "rest/datastore.h"
 #include "rest/index-builder.h"
@@ -148,28 +149,23 @@ TEST_P(index_lookup, find_and_continuations_match_naive_scan) {
     }
 }
 
-// The bigram table (index_shard::build_bigrams, which a background thread runs after a large index's open): every
-// bigram over the alphabet, and ids around it, gets the range find() gives, whose size is the naive count. Before
-// the table is built, or after a build told to stop, there is none (the caller searches instead).
+// The bigram table: written into the file by the builder (a shard has it from open), and for a file of format
+// version 1 built by index_shard::build_bigrams (which a background thread runs after a large index's open). Both
+// give every bigram over the alphabet, and ids around it, the range find() gives, whose size is the naive count. A
+// version 1 shard has none before the build, or after a build told to stop (the caller searches instead).
 TEST_P(index_lookup, bigram_table_matches_naive_scan) {
     const lookup_case                  c      = GetParam();
     const token_id                     offset = c.n_vocab - c.alphabet;
     std::vector<std::vector<token_id>> docs;
     const std::string                  path = write_case(c, "bigram", 4321, docs);
-    // One pass: no background thread that would build the tables while this test looks at them.
-    const auto ds         = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
+    const std::string                  v1   = path + ".v1";
+    rest_test::write_version1_copy(path, v1);
     const bool has_table  = c.n_vocab <= (1 << 22);  // first-token tables (and so bigram tables) up to 2^22 tokens
     std::vector<token_id> ids = {0, offset - 1};
     for (token_id t = 0; t < c.alphabet; ++t) ids.push_back(offset + t);
-    for (const rest::index_shard & s : ds->shards()) {
-        rest::sa_range r;
-        EXPECT_FALSE(s.bigram_range(offset, offset, r)) << "a table before any build";
-        std::stop_source stopped;
-        stopped.request_stop();
-        s.build_bigrams(stopped.get_token());
-        EXPECT_FALSE(s.bigram_range(offset, offset, r)) << "a table from a build told to stop";
-        s.build_bigrams({});
+    const auto check_every_pair = [&](const rest::index_shard & s) {
         const std::vector<token_id> text = shard_text(s);
+        rest::sa_range              r;
         for (const token_id a : ids) {
             for (const token_id b : ids) {
                 const std::vector<token_id> pat = {a, b};
@@ -182,16 +178,35 @@ TEST_P(index_lookup, bigram_table_matches_naive_scan) {
                 }
             }
         }
+    };
+    // One pass: no background thread that would build the tables while this test looks at them.
+    const auto ds = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
+    EXPECT_EQ(ds->info().format_version, 2u);
+    for (const rest::index_shard & s : ds->shards()) {
+        check_every_pair(s);  // the file's table, from open
+    }
+    const auto old = rest::datastore::open(v1, 0, "", rest::datastore::access::one_pass);
+    EXPECT_EQ(old->info().format_version, 1u);
+    for (const rest::index_shard & s : old->shards()) {
+        rest::sa_range r;
+        EXPECT_FALSE(s.bigram_range(offset, offset, r)) << "a table before any build";
+        std::stop_source stopped;
+        stopped.request_stop();
+        s.build_bigrams(stopped.get_token());
+        EXPECT_FALSE(s.bigram_range(offset, offset, r)) << "a table from a build told to stop";
+        s.build_bigrams({});
+        check_every_pair(s);
     }
 }
 
-// The table a datastore opened for lookups gets from its background thread (after the page prefetch): it appears
-// within seconds and agrees with find().
+// The table a datastore of format version 1 opened for lookups gets from its background thread (after the page
+// prefetch): it appears within seconds and agrees with find().
 TEST(index_lookup_bigrams, built_in_the_background_after_open) {
     const auto        docs = random_docs(4000, 120, 50, 7, 99);  // ~240k tokens: a file past the prefetch's 1 MiB
     const std::string path = tmp_path("bigram-background.idx");
     rest::write_datastore(path, docs, synthetic(512), {});
-    const auto ds = rest::datastore::open(path);
+    rest_test::write_version1_copy(path, path + ".v1");  // a file without the table
+    const auto ds = rest::datastore::open(path + ".v1");
     ASSERT_EQ(ds->shards().size(), 1u);
     const rest::index_shard &  s  = ds->shards()[0];
     rest::sa_range             r;

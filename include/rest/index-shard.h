@@ -113,10 +113,16 @@ class index_shard {
 
     // Builds the bigram table: for every first token, the first rank of each second token after it (one entry per
     // distinct bigram, 8 bytes each). One pass over the suffix array, a text read per suffix, so seconds per 100M
-    // tokens: a background thread runs it after open (datastore.h), and stops once `stop` is requested (checked
-    // every 4,096 suffixes), leaving no table; so does a table past n_sa / 4 entries (a corrupt suffix array).
+    // tokens: the builder writes it into the index file, and for a file without one (format version 1) a
+    // background thread runs this after open (datastore.h). It stops once `stop` is requested (checked every 4,096
+    // suffixes), leaving no table; so does a table past bigram_cap() runs (a corrupt suffix array). Nothing to do
+    // when a table is installed.
     // Safe to call from several threads (one builds, the others wait).
     void build_bigrams(std::stop_token stop) const;
+    // Installs a bigram table read from the index file (index-format.h's bigram section of n_runs runs; it must
+    // outlive the shard, and its `first` offsets must be monotone up to n_runs: the datastore checks them at open).
+    // Lookups bound every rank it gives to its first token's bucket. Call before sharing the view across threads.
+    void set_bigram_table(const std::uint32_t * section, std::uint64_t n_runs);
 
     // Sub-range of r (with its common prefix of length `depth`) whose token at `depth` equals the token at rank
     // `rank`, which must lie in r: the "run" a child occupies. O(log |r|) by galloping from rank.

@@ -1,5 +1,6 @@
 #include "rest/index-builder.h"
 
+#include "bigram-scan.h"
 #include "index-file.h"
 #include "index-format.h"
 #include "suffix-sort.h"
@@ -110,14 +111,15 @@ struct index_builder::impl {
         std::memcpy(&hd, map.data(), sizeof(hd));
         if (XXH3_64bits(&hd, offsetof(fmt::file_header, header_checksum)) != hd.header_checksum ||
             hd.file_bytes != map.size() || hd.tokenizer_fingerprint != tok.fingerprint || hd.n_vocab != tok.n_vocab ||
-            !in_map(hd.table_offset, std::uint64_t(hd.n_shards) * sizeof(fmt::shard_entry))) {
+            hd.version == 0 || hd.version > fmt::k_version ||
+            !in_map(hd.table_offset, std::uint64_t(hd.n_shards) * fmt::shard_entry_bytes(hd.version))) {
             changed("header");
         }
-        std::vector<fmt::shard_entry> table(hd.n_shards);
-        std::memcpy(table.data(), map.data() + hd.table_offset, table.size() * sizeof(fmt::shard_entry));
-        if (XXH3_64bits(table.data(), table.size() * sizeof(fmt::shard_entry)) != hd.table_checksum) {
+        const std::uint64_t table_bytes = std::uint64_t(hd.n_shards) * fmt::shard_entry_bytes(hd.version);
+        if (XXH3_64bits(map.data() + hd.table_offset, table_bytes) != hd.table_checksum) {
             changed("shard table");
         }
+        const std::vector<fmt::shard_entry> table = fmt::decode_shard_table(map.data() + hd.table_offset, hd.version, hd.n_shards);
         const std::uint64_t bucket_bytes = fmt::n_buckets_for(tok.n_vocab) * 4;
         const auto copy = [&](const char * what, std::uint64_t off, std::uint64_t bytes, std::uint64_t sum) {
             if (!in_map(off, bytes)) changed(std::string(what) + " out of the file");
@@ -133,6 +135,12 @@ struct index_builder::impl {
             e.sa_offset = copy("suffix array", e.sa_offset, e.n_sa * 4, e.sa_checksum);
             out.pad_to(fmt::k_section_align);
             e.bucket_offset = copy("first-token table", e.bucket_offset, bucket_bytes, e.bucket_checksum);
+            if (e.n_bigrams > 0) {  // a version 1 shard has none: readers build it at open, as before
+                if (e.n_bigrams > e.n_sa) changed("bigram table size");
+                out.pad_to(fmt::k_section_align);
+                e.bigram_offset = copy("bigram table", e.bigram_offset, fmt::bigram_bytes(bucket_bytes / 4, e.n_bigrams),
+                                       e.bigram_checksum);
+            }
             shards.push_back(e);
             progress(build_phase::write, shards.size(), table.size());
         }
@@ -276,6 +284,31 @@ struct index_builder::impl {
             progress(build_phase::write, done, total);
         }
         e.text_checksum = h.digest();
+
+        std::vector<std::uint32_t> buckets(counts.size());
+        std::uint64_t              acc = 0;
+        for (std::size_t t = 0; t < counts.size(); ++t) {
+            buckets[t] = static_cast<std::uint32_t>(acc);
+            acc += counts[t];
+        }
+        // The bigram table, while the sort text is still here: a reader then has it from its first lookup
+        // instead of building it on a background thread after open (seconds per 100M tokens).
+        bigram_table bigrams;
+        if (!buckets.empty()) {
+            const std::uint32_t sep = sw == 4 ? 0xFFFFFFFFu : (1u << (8 * sw)) - 1;
+            const auto key_after = [&](std::uint64_t pos) -> std::uint64_t {  // as index_shard::key_at(pos + 1)
+                if (pos + 1 >= n) return 0;
+                const std::uint8_t * src = text.data() + (pos + 1) * sw;
+                std::uint32_t        v   = 0;
+                for (int b = 0; b < sw; ++b) v = (v << 8) | src[b];
+                return v == sep ? UINT64_MAX : std::uint64_t(v) + 1;
+            };
+            const auto prefetch_after = [&](std::uint64_t pos) {
+                if (pos + 1 < n) __builtin_prefetch(text.data() + (pos + 1) * sw);
+            };
+            scan_bigrams(buckets.data(), buckets.size(), [sa](std::uint64_t r) { return std::uint64_t(sa[r]); },
+                         key_after, prefetch_after, bigram_cap(n_sa, buckets.size()), {}, bigrams);
+        }
         text.release();
 
         out.pad_to(fmt::k_section_align);
@@ -292,16 +325,21 @@ struct index_builder::impl {
         e.sa_checksum = hs.digest();
         work.release();
 
-        std::vector<std::uint32_t> buckets(counts.size());
-        std::uint64_t              acc = 0;
-        for (std::size_t t = 0; t < counts.size(); ++t) {
-            buckets[t] = static_cast<std::uint32_t>(acc);
-            acc += counts[t];
-        }
         out.pad_to(fmt::k_section_align);
         e.bucket_offset   = out.size();
         e.bucket_checksum = XXH3_64bits(buckets.data(), buckets.size() * 4);
         out.write(buckets.data(), buckets.size() * 4);
+        if (!bigrams.key.empty()) {
+            out.pad_to(fmt::k_section_align);
+            e.bigram_offset = out.size();
+            e.n_bigrams     = bigrams.key.size();
+            xxh3_stream hb;
+            for (const auto * v : {&bigrams.first, &bigrams.key, &bigrams.start}) {
+                hb.update(v->data(), v->size() * 4);
+                out.write(v->data(), v->size() * 4);
+            }
+            e.bigram_checksum = hb.digest();
+        }
         progress(build_phase::write, total, total);
         t_write += seconds_since(t0);
 

@@ -1,4 +1,4 @@
-// On-disk layout of a datastore file (format version 1). Private to src/index: the builder writes it, the reader
+// On-disk layout of a datastore file (format version 2; version 1 files, without bigram tables, are still read). Private to src/index: the builder writes it, the reader
 // maps it. All integers are little-endian (static_assert below); the file is only ever mmapped on the machine kind
 // that wrote it or one of the same endianness.
 //
@@ -7,6 +7,10 @@
 //                 sa section       n_sa u32 ranks: suffixes starting with a real token, in token order
 //                 bucket section   n_buckets u32: bucket[t] = first rank whose first token is >= t
 //                                  (n_buckets = n_vocab + 1, or 0 for vocabularies past 2^22 tokens)
+//                 bigram section   (version 2, optional: n_bigrams > 0) first[n_buckets] u32, then key[n_bigrams]
+//                                  and start[n_bigrams] u32: the runs of equal second tokens in each first token's
+//                                  bucket (index_shard::build_bigrams() computes the same at open for a file
+//                                  without it)
 //   at the end    shard table      n_shards shard_entry records
 // Every section starts on a 4096-byte boundary, so mapped arrays are aligned and page-granular.
 //
@@ -16,13 +20,15 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace rest::index_format {
 
 static_assert(std::endian::native == std::endian::little, "the datastore format is little-endian");
 
 inline constexpr char          k_magic[8]        = {'R', 'E', 'S', 'T', 'I', 'D', 'X', '\0'};
-inline constexpr std::uint32_t k_version         = 1;
+inline constexpr std::uint32_t k_version         = 2;
 inline constexpr std::uint64_t k_header_bytes    = 4096;
 inline constexpr std::uint64_t k_section_align   = 4096;
 inline constexpr std::size_t   k_description_max = 256;
@@ -54,10 +60,36 @@ struct shard_entry {
     std::uint64_t bucket_offset;
     std::uint64_t bucket_checksum;        // bucket table has n_buckets_for(n_vocab) u32 entries
     std::uint64_t n_documents;
+    // Version 2: the bigram section (0 entries: none; its offset and checksum are then 0).
+    std::uint64_t bigram_offset;
+    std::uint64_t n_bigrams;
+    std::uint64_t bigram_checksum;        // xxh3 of the whole section
 };
 
 static_assert(sizeof(file_header) <= k_header_bytes);
-static_assert(sizeof(shard_entry) == 9 * 8);
+static_assert(sizeof(shard_entry) == 12 * 8);
+
+// Bytes of one shard-table record in a file of this version (version 1 records end at n_documents).
+inline constexpr std::uint64_t shard_entry_bytes(std::uint32_t version) {
+    return version >= 2 ? sizeof(shard_entry) : 9 * 8;
+}
+
+// The shard table's records as this version reads them (a version 1 record gets no bigram section). `table` points
+// at n records of shard_entry_bytes(version) each.
+inline std::vector<shard_entry> decode_shard_table(const std::uint8_t * table, std::uint32_t version, std::uint32_t n) {
+    std::vector<shard_entry> out(n);
+    const std::uint64_t      bytes = shard_entry_bytes(version);
+    for (std::uint32_t i = 0; i < n; ++i) {
+        std::memset(&out[i], 0, sizeof(shard_entry));
+        std::memcpy(&out[i], table + i * bytes, bytes);
+    }
+    return out;
+}
+
+// Bytes of a bigram section of n entries.
+inline constexpr std::uint64_t bigram_bytes(std::uint64_t n_buckets, std::uint64_t n_bigrams) {
+    return (n_buckets + 2 * n_bigrams) * 4;
+}
 
 // First-token tables cost 4 bytes per vocabulary entry per shard; past 2^22 entries (no real tokenizer) they are
 // left out and the first narrowing step binary-searches like the others.

@@ -1,5 +1,7 @@
 #include "rest/index-shard.h"
 
+#include "bigram-scan.h"
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -40,14 +42,15 @@ struct index_shard::samples {
     std::size_t   n_keys  = 0;
 };
 
-// Keys as key_at() gives them (0: past the end, t + 1: token t, all ones: a separator), truncated to 32 bits: token
-// ids are below 2^22 wherever there is a first-token table.
+// The bigram table (bigram-scan.h): read from the index file, or built by build_bigrams() into `owned`. The
+// lookups read it through the pointers, which are set before `ready`.
 struct index_shard::bigrams {
-    std::vector<std::uint32_t> first;  // [t0]: index of t0's first entry; first[n_vocab] = entries
-    std::vector<std::uint32_t> key;    // second-token key of each run, ascending within a first token
-    std::vector<std::uint32_t> start;  // the run's first rank; it ends at the next run's, or at the bucket's end
-    std::atomic<bool>          ready{false};
-    std::mutex                 building;  // one build at a time (the background thread, a test, the fuzzer)
+    bigram_table          owned;
+    const std::uint32_t * first = nullptr;
+    const std::uint32_t * key   = nullptr;
+    const std::uint32_t * start = nullptr;
+    std::atomic<bool>     ready{false};
+    std::mutex            building;  // one build at a time (the background thread, a test, the fuzzer)
 };
 
 void index_shard::set_first_token_buckets(const std::uint32_t * buckets, std::uint64_t n_buckets) {
@@ -108,19 +111,29 @@ bool index_shard::bigram_range(token_id t0, token_id t1, sa_range & out) const {
     }
     const bigrams &     b   = *bigrams_;
     const std::uint32_t key = static_cast<std::uint32_t>(t1) + 1;
-    const auto          beg = b.key.begin() + b.first[t0], end = b.key.begin() + b.first[t0 + 1];
-    // Keys ascend within a first token wherever the suffix array is sorted; on a corrupt one they may not, and the
-    // search then lands on some entry of the slice: a wrong range, but still inside the bucket, since every start
-    // was a rank of the bucket's own scan.
+    const auto          beg = b.key + b.first[t0], end = b.key + b.first[t0 + 1];
+    // Keys ascend within a first token wherever the suffix array is sorted; on a corrupt one (or a corrupt table
+    // read from the file) they may not, and the search then lands on some entry of the slice. Its range is kept
+    // inside the first token's bucket, so a wrong table gives wrong drafts at worst, never a rank out of bounds.
     const auto          it = std::lower_bound(beg, end, key);
-    const std::uint64_t hi = buckets_[t0 + 1];
+    const std::uint64_t lo = buckets_[t0], hi = buckets_[t0 + 1];
     if (it == end || *it != key) {
         out = {hi, hi};  // absent (an empty range, as a search gives)
         return true;
     }
-    const auto j = static_cast<std::size_t>(it - b.key.begin());
-    out = {b.start[j], it + 1 == end ? hi : b.start[j + 1]};
+    const auto          j     = static_cast<std::size_t>(it - b.key);
+    const std::uint64_t first = std::clamp<std::uint64_t>(b.start[j], lo, hi);
+    out = {first, it + 1 == end ? hi : std::clamp<std::uint64_t>(b.start[j + 1], first, hi)};
     return true;
+}
+
+void index_shard::set_bigram_table(const std::uint32_t * section, std::uint64_t n_runs) {
+    if (!bigrams_ || !section) return;
+    bigrams & b = *bigrams_;
+    b.first     = section;
+    b.key       = section + n_buckets_;
+    b.start     = b.key + n_runs;
+    b.ready.store(true, std::memory_order_release);
 }
 
 void index_shard::build_bigrams(std::stop_token stop) const {
@@ -132,44 +145,18 @@ void index_shard::build_bigrams(std::stop_token stop) const {
     if (b.ready.load(std::memory_order_relaxed)) {
         return;  // built by another thread meanwhile
     }
-    // Leaves no table and gives its memory back (a stop, or a table too large to be real text's).
-    auto abandon = [&b] {
-        b.first = {};
-        b.key   = {};
-        b.start = {};
-    };
-    // Real text has far fewer distinct bigrams than tokens (0.6% of Linux + /usr/include's, 2% of /usr/include's
-    // with a 32k vocabulary); a corrupt suffix array starts a run at nearly every rank. The cap bounds what such a
-    // file costs (2 bytes per token); without a table searches still work, as before it is built.
-    const std::uint64_t max_entries = n_sa_ / 4 + n_buckets_;
-    b.first.assign(n_buckets_, 0);
     const char * text = static_cast<const char *>(text_);
-    for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
-        b.first[t] = static_cast<std::uint32_t>(b.key.size());
-        const std::uint64_t lo = buckets_[t], hi = buckets_[t + 1];
-        std::uint64_t       prev = ~std::uint64_t(0);
-        for (std::uint64_t r = lo; r < hi; ++r) {
-            // Checked every 4,096 suffixes (one bucket can hold 10% of the index, and at nice 19 next to busy
-            // cores this thread runs seldom): a datastore being closed waits for this.
-            if (r % 4096 == 0 && (stop.stop_requested() || b.key.size() > max_entries)) {
-                abandon();
-                return;
-            }
-            // The text a few ranks ahead is requested now: the reads are independent, so their misses overlap.
-            if (r + 16 < hi && std::uint64_t(sa_[r + 16]) + 1 < n_) {
-                __builtin_prefetch(text + (std::uint64_t(sa_[r + 16]) + 1) * width_);
-            }
-            const std::uint64_t k = key_at(std::uint64_t(sa_[r]) + 1);
-            if (k != prev) {
-                b.key.push_back(static_cast<std::uint32_t>(k));
-                b.start.push_back(static_cast<std::uint32_t>(r));
-                prev = k;
-            }
-        }
-    }
-    b.first[n_buckets_ - 1] = static_cast<std::uint32_t>(b.key.size());
-    b.key.shrink_to_fit();
-    b.start.shrink_to_fit();
+    const bool   ok   = scan_bigrams(
+        buckets_, n_buckets_, [this](std::uint64_t r) { return std::uint64_t(sa_[r]); },
+        [this](std::uint64_t pos) { return key_at(pos + 1); },
+        [&](std::uint64_t pos) {
+            if (pos + 1 < n_) __builtin_prefetch(text + (pos + 1) * width_);
+        },
+        bigram_cap(n_sa_, n_buckets_), stop, b.owned);
+    if (!ok) return;  // no table (stopped, or too large to be real text's): searches still work without it
+    b.first = b.owned.first.data();
+    b.key   = b.owned.key.data();
+    b.start = b.owned.start.data();
     b.ready.store(true, std::memory_order_release);
 }
 

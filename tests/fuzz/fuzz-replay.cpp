@@ -59,12 +59,13 @@ std::vector<std::vector<std::uint8_t>> variants_of(const std::vector<std::uint8_
     std::memcpy(&hd, f.data(), sizeof hd);
     std::mt19937 rng(seed);
     std::vector<std::pair<std::uint64_t, std::uint64_t>> sections;  // (offset, bytes)
-    for (std::uint32_t i = 0; i < hd.n_shards; ++i) {
-        fmt::shard_entry e;
-        std::memcpy(&e, f.data() + hd.table_offset + i * sizeof e, sizeof e);
+    const std::uint64_t entry_bytes = fmt::shard_entry_bytes(hd.version);
+    if (hd.table_offset > f.size() || hd.n_shards > (f.size() - hd.table_offset) / entry_bytes) return out;
+    for (const fmt::shard_entry & e : fmt::decode_shard_table(f.data() + hd.table_offset, hd.version, hd.n_shards)) {
         sections.push_back({e.text_offset, e.n_text * hd.token_width});
         sections.push_back({e.sa_offset, e.n_sa * 4});
         sections.push_back({e.bucket_offset, fmt::n_buckets_for(hd.n_vocab) * 4});
+        if (e.n_bigrams > 0) sections.push_back({e.bigram_offset, fmt::bigram_bytes(fmt::n_buckets_for(hd.n_vocab), e.n_bigrams)});
     }
     for (const auto & [off, n] : sections) {
         for (int how = 0; how < 4; ++how) {
