@@ -7,6 +7,8 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace rest {
 
@@ -72,8 +74,11 @@ class page_prefetcher {
 
     // Starts mapping [data, data + size) in (once; the range must stay mapped until this object is destroyed), then
     // runs `then` on the same thread at the lowest CPU priority (work that reads the mapped pages; it must return
-    // soon once its stop token is set, and what it uses must outlive this object).
-    void start(const std::uint8_t * data, std::uint64_t size, std::function<void(std::stop_token)> then = {});
+    // soon once its stop token is set, and what it uses must outlive this object). The (offset, bytes) ranges of
+    // `first`, page-aligned, go before the rest: small tables that every lookup reads (a fresh process's first
+    // lookups fault on what is not mapped yet).
+    void start(const std::uint8_t * data, std::uint64_t size, std::function<void(std::stop_token)> then = {},
+               std::vector<std::pair<std::uint64_t, std::uint64_t>> first = {});
     // Whether a thread was started (false: the mapping is too small or too large, or prefetching is off).
     bool started() const { return thread_.joinable(); }
     // Blocks until every page is mapped and `then` has returned (tests and benchmarks).
