@@ -4,7 +4,8 @@
 # tokenizer (llama.cpp's models/ggml-vocab-llama-spm.gguf by default: the index needs only a tokenizer, and a
 # vocab-only GGUF is one). Then
 # the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree) on the indexes: evicted from
-# the page cache, page-cached, and page-cached SETTLE_MS after open (the bigram tables are built by then). A
+# the page cache, page-cached, and page-cached SETTLE_MS after open (a format version 1 index's bigram tables are
+# built by then; version 2 files carry them). A
 # benchmark, not a test: the Linux build takes about 15 minutes of one core and ~3.5 GB of memory.
 #
 #   bench/index-scale-linux.sh [TOKENIZER.gguf]
@@ -15,7 +16,8 @@
 #   WORK      scratch directory; steps whose output exists there are not redone (default: /tmp/rest-scale-linux)
 #   THREADS   tokenizer threads for build and append     (default: 1, so that a core stays free)
 #   STEPS     draft steps per run                        (default: 20000)
-#   SETTLE_MS wait after open for the settled condition  (default: 12000: the 600M-token index's tables take ~8 s)
+#   SETTLE_MS wait after open for the settled condition  (default: 12000: a version 1 600M-token index's tables take
+#             ~8 s to build)
 #   QUERIES   held-out files to draft along (default: llama.cpp's ggml C sources, in neither index)
 set -euo pipefail
 

@@ -1,5 +1,6 @@
 // The datastore file: round trip of counts, atomic writes, and every kind of bad file as a one-line user_error.
 #include "index/index-format.h"
+#include "index-version1.h"  // XXH3_64bits, inline
 #include "rest/datastore.h"
 #include "rest/index-builder.h"
 #include "test-util.h"
@@ -8,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -197,7 +199,8 @@ TEST_F(index_bad_file, future_version) {
     const std::uint32_t version = rest::index_format::k_version + 1;
     std::memcpy(b.data() + offsetof(rest::index_format::file_header, version), &version, 4);
     write_all(bad_, b);
-    expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "version " + std::to_string(rest::index_format::k_version + 1), "newer"});
+    expect_user_error([&] { rest::datastore::open(bad_); },
+                      {bad_, "version " + std::to_string(rest::index_format::k_version + 1), "newer"});
 }
 
 TEST_F(index_bad_file, corrupt_header) {
@@ -251,6 +254,79 @@ TEST_F(index_bad_file, flipped_byte_caught_by_verify) {
     b[hd.table_offset + 9] ^= 1;
     write_all(bad_, b);
     expect_user_error([&] { rest::datastore::open(bad_); }, {bad_, "shard table"});
+}
+
+// A copy of `bytes` with shard `i`'s table record edited, the table and header re-signed: what only open's own checks
+// of the record can catch.
+std::vector<char> with_record(const std::vector<char> & bytes, std::size_t i,
+                              const std::function<void(rest::index_format::shard_entry &)> & edit) {
+    namespace fmt = rest::index_format;
+    fmt::file_header hd;
+    std::memcpy(&hd, bytes.data(), sizeof(hd));
+    auto table = fmt::decode_shard_table(reinterpret_cast<const std::uint8_t *>(bytes.data()) + hd.table_offset,
+                                         hd.version, hd.n_shards);
+    edit(table.at(i));
+    auto b = bytes;
+    std::memcpy(b.data() + hd.table_offset, table.data(), table.size() * sizeof(table[0]));
+    hd.table_checksum  = XXH3_64bits(table.data(), table.size() * sizeof(table[0]));
+    hd.header_checksum = XXH3_64bits(&hd, offsetof(fmt::file_header, header_checksum));
+    std::memcpy(b.data(), &hd, sizeof(hd));
+    return b;
+}
+
+// A bigram table's framing is checked at open: a run count past the suffixes, a section past the file, run offsets
+// that decrease or do not end at the run count, and a table in a file without first-token tables each give one line
+// naming it (lookups would otherwise index past the section).
+TEST_F(index_bad_file, bigram_table_framing_checked_at_open) {
+    namespace fmt = rest::index_format;
+    fmt::file_header hd;
+    std::memcpy(&hd, bytes_.data(), sizeof(hd));
+    const auto table = fmt::decode_shard_table(reinterpret_cast<const std::uint8_t *>(bytes_.data()) + hd.table_offset,
+                                               hd.version, hd.n_shards);
+    const fmt::shard_entry e = table.at(1);
+    ASSERT_GT(e.n_bigrams, 1u);
+    const auto expect_refused = [&](const std::vector<char> & b, std::initializer_list<std::string> needles) {
+        write_all(bad_, b);
+        expect_user_error([&] { rest::datastore::open(bad_); }, needles);
+    };
+    expect_refused(with_record(bytes_, 1, [](fmt::shard_entry & r) { r.n_bigrams = r.n_sa + 1; }),
+                   {bad_, "shard 1 bigram table", "runs"});
+    expect_refused(with_record(bytes_, 1, [&](fmt::shard_entry & r) { r.bigram_offset = bytes_.size() - 8; }),
+                   {bad_, "shard 1 bigram table", "truncated or corrupt"});
+    expect_refused(with_record(bytes_, 1, [](fmt::shard_entry & r) { r.n_bigrams -= 1; }),
+                   {bad_, "shard 1 bigram table", "ends at"});
+    auto           b     = bytes_;
+    const uint32_t big   = 0x7FFFFFFF;  // the first token's run offset past its successor's
+    std::memcpy(b.data() + e.bigram_offset, &big, 4);
+    expect_refused(b, {bad_, "shard 1 bigram table decreasing at token 0"});
+
+    // Well-framed and signed but wrong (a run's first rank moved): open takes it (lookups clamp what it gives),
+    // verify() rebuilds the table from the suffix array and names it.
+    {
+        auto           c     = bytes_;
+        const uint64_t start = e.bigram_offset + (fmt::n_buckets_for(hd.n_vocab) + e.n_bigrams) * 4;  // start[]
+        std::uint32_t  v;
+        std::memcpy(&v, c.data() + start + 4, 4);
+        ++v;
+        std::memcpy(c.data() + start + 4, &v, 4);
+        const std::uint64_t n_buckets = fmt::n_buckets_for(hd.n_vocab);
+        const std::uint64_t bytes     = fmt::bigram_bytes(n_buckets, e.n_bigrams);
+        const std::uint64_t sum       = XXH3_64bits(c.data() + e.bigram_offset, bytes);
+        write_all(bad_, with_record(c, 1, [&](fmt::shard_entry & r) { r.bigram_checksum = sum; }));
+        const auto ds = rest::datastore::open(bad_);
+        expect_user_error([&] { ds->verify(); }, {bad_, "shard 1 bigram table", "disagrees with its suffix array"});
+    }
+
+    // Vocabularies past 2^22 get no first-token tables, and so no bigram tables either.
+    const std::string wide = tmp_path("wide.idx");
+    rest::write_datastore(wide, some_docs(20, 3), synthetic((1 << 22) + 1));
+    const std::vector<char> wide_bytes = read_all(wide);
+    expect_refused(with_record(wide_bytes, 0,
+                               [&](fmt::shard_entry & r) {
+                                   r.n_bigrams     = 1;
+                                   r.bigram_offset = r.text_offset;
+                               }),
+                   {bad_, "shard 0 bigram table without a first-token table"});
 }
 
 TEST_F(index_bad_file, wrong_tokenizer_names_both) {

@@ -2,7 +2,8 @@
 // garbage never crashes the engine: each section in turn (text, suffix array, first-token table, the bigram table's
 // runs) is overwritten with random bytes, all-ones, all-zeros or in-range but wrong values; opening the file then
 // either fails with one line naming the section, or generation drafts from it and still emits plain decoding's
-// tokens (verification turns bad drafts into rejected ones). Random text values reach past the vocabulary, which the decoder must drop.
+// tokens (verification turns bad drafts into rejected ones). Random text values reach past the vocabulary, which the
+// decoder must drop.
 #include "decode/online-budget.h"
 #include "index/index-format.h"
 #include "rest/datastore.h"

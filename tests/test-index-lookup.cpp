@@ -225,8 +225,8 @@ TEST(index_lookup_bigrams, built_in_the_background_after_open) {
 }
 
 // A suffix array out of order (a corrupt file: a new run at 19 of 20 ranks here) would make a table of ~8 bytes per
-// token: past n_sa / 4 entries the build gives up and leaves no table, so searches go on as without one. The same
-// text with its suffixes grouped by their first two tokens gets one.
+// token: past bigram_cap() entries (n_sa / 4 and a little) the build gives up and leaves no table, so searches go on
+// as without one. The same text with its suffixes grouped by their first two tokens gets one.
 TEST(index_lookup_bigrams, a_table_too_large_for_real_text_is_abandoned) {
     constexpr std::uint64_t    n = 200000, vocab = 20;
     std::vector<std::uint16_t> text(n);

@@ -119,7 +119,8 @@ struct index_builder::impl {
         if (XXH3_64bits(map.data() + hd.table_offset, table_bytes) != hd.table_checksum) {
             changed("shard table");
         }
-        const std::vector<fmt::shard_entry> table = fmt::decode_shard_table(map.data() + hd.table_offset, hd.version, hd.n_shards);
+        const std::vector<fmt::shard_entry> table =
+            fmt::decode_shard_table(map.data() + hd.table_offset, hd.version, hd.n_shards);
         const std::uint64_t bucket_bytes = fmt::n_buckets_for(tok.n_vocab) * 4;
         const auto copy = [&](const char * what, std::uint64_t off, std::uint64_t bytes, std::uint64_t sum) {
             if (!in_map(off, bytes)) changed(std::string(what) + " out of the file");
@@ -138,8 +139,8 @@ struct index_builder::impl {
             if (e.n_bigrams > 0) {  // a version 1 shard has none: readers build it at open, as before
                 if (e.n_bigrams > e.n_sa) changed("bigram table size");
                 out.pad_to(fmt::k_section_align);
-                e.bigram_offset = copy("bigram table", e.bigram_offset, fmt::bigram_bytes(bucket_bytes / 4, e.n_bigrams),
-                                       e.bigram_checksum);
+                const std::uint64_t bytes = fmt::bigram_bytes(bucket_bytes / 4, e.n_bigrams);
+                e.bigram_offset           = copy("bigram table", e.bigram_offset, bytes, e.bigram_checksum);
             }
             shards.push_back(e);
             progress(build_phase::write, shards.size(), table.size());
@@ -219,8 +220,8 @@ struct index_builder::impl {
         }
     }
 
-    // Suffix-sorts the current shard and appends its three sections. Peak memory is here: the sort text plus the
-    // suffix sort's n + 1 ranks, types and buckets (suffix-sort.h).
+    // Suffix-sorts the current shard and appends its sections (text, suffix array, first-token and bigram tables).
+    // Peak memory is here: the sort text plus the suffix sort's n + 1 ranks, types and buckets (suffix-sort.h).
     void flush() {
         if (n_text == 0) {
             return;
@@ -261,15 +262,11 @@ struct index_builder::impl {
             const std::uint64_t k = std::min(per_chunk, n - i);
             const std::uint8_t * src = text.data() + i * sw;
             for (std::uint64_t j = 0; j < k; ++j, src += sw) {
-                std::uint32_t v = 0;
-                for (int b = 0; b < sw; ++b) {
-                    v = (v << 8) | src[b];
-                }
-                const bool is_sep = v == (sw == 4 ? 0xFFFFFFFFu : (1u << (8 * sw)) - 1);
-                if (is_sep) {
-                    v = token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu;
-                } else if (n_buckets > 0) {
-                    ++counts[v];
+                const token_id t = decode_sort_token(src, sw);
+                std::uint32_t  v = token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu;  // a separator
+                if (t != k_doc_end) {
+                    v = static_cast<std::uint32_t>(t);
+                    if (n_buckets > 0) ++counts[v];
                 }
                 if (token_width == 2) {
                     const auto v16 = static_cast<std::uint16_t>(v);
@@ -295,13 +292,10 @@ struct index_builder::impl {
         // instead of building it on a background thread after open (seconds per 100M tokens).
         bigram_table bigrams;
         if (!buckets.empty()) {
-            const std::uint32_t sep = sw == 4 ? 0xFFFFFFFFu : (1u << (8 * sw)) - 1;
             const auto key_after = [&](std::uint64_t pos) -> std::uint64_t {  // as index_shard::key_at(pos + 1)
                 if (pos + 1 >= n) return 0;
-                const std::uint8_t * src = text.data() + (pos + 1) * sw;
-                std::uint32_t        v   = 0;
-                for (int b = 0; b < sw; ++b) v = (v << 8) | src[b];
-                return v == sep ? UINT64_MAX : std::uint64_t(v) + 1;
+                const token_id t = decode_sort_token(text.data() + (pos + 1) * sw, sw);
+                return t == k_doc_end ? UINT64_MAX : std::uint64_t(t) + 1;
             };
             const auto prefetch_after = [&](std::uint64_t pos) {
                 if (pos + 1 < n) __builtin_prefetch(text.data() + (pos + 1) * sw);

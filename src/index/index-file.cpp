@@ -172,8 +172,10 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
         };
         const auto map_in = [&](std::uint64_t off, std::uint64_t n) {
 #ifdef MADV_POPULATE_READ
-            // EINVAL before Linux 5.14: the reads fault the pages in instead.
-            (void) ::madvise(const_cast<std::uint8_t *>(data) + off, n, MADV_POPULATE_READ);
+            // From the page the range starts in (madvise wants a page-aligned address; sections are 4096-aligned,
+            // pages may be larger). EINVAL before Linux 5.14: the reads fault the pages in instead.
+            const std::uint64_t from = off / static_cast<std::uint64_t>(page) * static_cast<std::uint64_t>(page);
+            (void) ::madvise(const_cast<std::uint8_t *>(data) + from, n + (off - from), MADV_POPULATE_READ);
 #endif
         };
         const auto read_in = [&](std::uint64_t off, std::uint64_t n) {

@@ -1,6 +1,6 @@
-// On-disk layout of a datastore file (format version 2; version 1 files, without bigram tables, are still read). Private to src/index: the builder writes it, the reader
-// maps it. All integers are little-endian (static_assert below); the file is only ever mmapped on the machine kind
-// that wrote it or one of the same endianness.
+// On-disk layout of a datastore file: format version 2 (version 1 files, without bigram tables, are still read).
+// Private to src/index: the builder writes it, the reader maps it. All integers are little-endian (static_assert
+// below); the file is only ever mmapped on the machine kind that wrote it or one of the same endianness.
 //
 //   offset 0      file_header (one 4096-byte page; its own xxh3 checksum covers everything before the checksum)
 //   per shard     text section     n_text tokens of token_width bytes, documents separated by the width's max value
@@ -11,7 +11,8 @@
 //                                  and start[n_bigrams] u32: the runs of equal second tokens in each first token's
 //                                  bucket (index_shard::build_bigrams() computes the same at open for a file
 //                                  without it)
-//   at the end    shard table      n_shards shard_entry records
+//   at the end    shard table      n_shards shard_entry records (96 bytes each; 72 in version 1, which ends them at
+//                                  n_documents)
 // Every section starts on a 4096-byte boundary, so mapped arrays are aligned and page-granular.
 //
 // Open reads the header and the shard table only (O(n_shards)); verify() hashes every section.

@@ -33,6 +33,14 @@ std::uint64_t sort_suffixes(const std::uint8_t * text, std::uint64_t n, int sort
 // Encodes tokens (k_doc_end for a separator) as big-endian bytes of sort_width each.
 void encode_sort_text(std::span<const token_id> tokens, int sort_width, std::uint8_t * out);
 
+// The token encode_sort_text() wrote at src: k_doc_end for a separator (a negative token).
+inline token_id decode_sort_token(const std::uint8_t * src, int sort_width) {
+    std::uint32_t v = 0;
+    for (int b = 0; b < sort_width; ++b) v = (v << 8) | src[b];
+    const std::uint32_t sep = sort_width == 4 ? 0xFFFFFFFFu : (1u << (8 * sort_width)) - 1;
+    return v == sep ? k_doc_end : static_cast<token_id>(v);
+}
+
 // Convenience for tests and small inputs: the suffix array of tokens (k_doc_end marks separators), built through
 // the same path as the index builder.
 std::vector<std::uint32_t> suffix_array(std::span<const token_id> tokens, int sort_width);

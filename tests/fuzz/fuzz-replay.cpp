@@ -2,6 +2,7 @@
 // several documents), each section of each seed overwritten by deterministic garbage, truncations, and every file
 // under tests/fuzz/crashers (inputs the long libFuzzer runs found). A crash fails the test. With --write-seeds DIR
 // it only writes the seeds, as scripts/fuzz-index.sh's starting corpus.
+#include "../index-version1.h"
 #include "index/index-format.h"
 #include "rest/index-builder.h"
 
@@ -29,7 +30,7 @@ std::vector<std::uint8_t> read_file(const fs::path & p) {
 }
 
 // Seeds: (vocabulary, documents) pairs that give both token widths, with and without first-token tables, and
-// repeated n-grams to draft from.
+// repeated n-grams to draft from; each also as format version 1 wrote it.
 std::vector<fs::path> write_seeds(const fs::path & dir) {
     fs::create_directories(dir);
     std::vector<fs::path> out;
@@ -45,6 +46,11 @@ std::vector<fs::path> write_seeds(const fs::path & dir) {
             const fs::path p = dir / ("seed-" + std::to_string(k++) + ".idx");
             rest::write_datastore(p.string(), docs, {0x1234u + (std::uint64_t) n_vocab, "fuzz seed", n_vocab});
             out.push_back(p);
+            // The same as format version 1 wrote it: no bigram tables, which lookups then build from the suffix
+            // array (the build's own bounds get fuzzed too).
+            const fs::path v1 = dir / ("seed-" + std::to_string(k++) + "-v1.idx");
+            rest_test::write_version1_copy(p.string(), v1.string());
+            out.push_back(v1);
         }
     }
     return out;
@@ -65,7 +71,9 @@ std::vector<std::vector<std::uint8_t>> variants_of(const std::vector<std::uint8_
         sections.push_back({e.text_offset, e.n_text * hd.token_width});
         sections.push_back({e.sa_offset, e.n_sa * 4});
         sections.push_back({e.bucket_offset, fmt::n_buckets_for(hd.n_vocab) * 4});
-        if (e.n_bigrams > 0) sections.push_back({e.bigram_offset, fmt::bigram_bytes(fmt::n_buckets_for(hd.n_vocab), e.n_bigrams)});
+        if (e.n_bigrams > 0) {
+            sections.push_back({e.bigram_offset, fmt::bigram_bytes(fmt::n_buckets_for(hd.n_vocab), e.n_bigrams)});
+        }
     }
     for (const auto & [off, n] : sections) {
         for (int how = 0; how < 4; ++how) {
