@@ -110,6 +110,12 @@ TEST(index_append, answers_as_a_full_build_and_a_naive_scan) {
         EXPECT_EQ(ds->info().n_documents, ab.size());
         EXPECT_EQ(ds->info().n_tokens, rest::datastore::open(full)->info().n_tokens);
         EXPECT_GT(ds->info().n_shards, shards_a) << "B goes into new shards";
+        // Every shard, copied or new, has its bigram table from the file (one pass: no background build).
+        const auto one_pass = rest::datastore::open(appended, 0, "", rest::datastore::access::one_pass);
+        for (std::size_t i = 0; i < one_pass->shards().size(); ++i) {
+            rest::sa_range r;
+            EXPECT_TRUE(one_pass->shards()[i].bigram_range(1, 2, r)) << "shard " << i << " lost its bigram table";
+        }
         expect_lookups_match(*ds, ab, 7);
         expect_lookups_match(*rest::datastore::open(full), ab, 7);
 

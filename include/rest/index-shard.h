@@ -107,8 +107,9 @@ class index_shard {
     // The range of suffixes that start with `pattern` (empty when it does not occur). An empty pattern gives full().
     sa_range find(std::span<const token_id> pattern) const;
 
-    // The range of the suffixes that start with t0 t1, from the bigram table when build_bigrams() has finished
-    // (true; O(log) in a small in-memory array), or false (not built, or no first-token table).
+    // The range of the suffixes that start with t0 t1, from the bigram table when the shard has one (true; O(log) in
+    // a small array): read from the file (format version 2) or once build_bigrams() has finished; else false (not
+    // built yet, or no first-token table).
     bool bigram_range(token_id t0, token_id t1, sa_range & out) const;
 
     // Builds the bigram table: for every first token, the first rank of each second token after it (one entry per

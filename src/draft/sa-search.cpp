@@ -106,9 +106,10 @@ sa_range sa_bigram_memo::range(const index_shard & shard, token_id t0, token_id 
     if (map_.size() >= capacity_) {
         map_.clear();
     }
-    // A bigram not seen before: from the shard's bigram table once the background thread has built it (a few
-    // cache misses), else by a search of the first token's bucket, whose rounds are each a cache and TLB miss on
-    // a large index: on /usr/include these first searches were 80% of the searches over 15 us.
+    // A bigram not seen before: from the shard's bigram table (in the file, or once the background thread has
+    // built it for a version 1 file: a few cache misses), else by a search of the first token's bucket, whose
+    // rounds are each a cache and TLB miss on a large index: on /usr/include these first searches were 80% of the
+    // searches over 15 us.
     sa_range r;
     if (!shard.bigram_range(t0, t1, r)) {
         const token_id pat[2] = {t0, t1};

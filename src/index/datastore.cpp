@@ -239,7 +239,7 @@ class mmap_datastore final : public datastore {
         scan_bigrams(
             reinterpret_cast<const std::uint32_t *>(map_.data() + e.bucket_offset), n_buckets_,
             [&v](std::uint64_t r) { return v.suffix(r); }, [&v](std::uint64_t pos) { return v.key_at(pos + 1); },
-            [](std::uint64_t) {}, UINT64_MAX, {}, want);
+            [](std::uint64_t) {}, e.n_bigrams, {}, want);  // a larger table is a mismatch: no need to finish it
         const auto * got = reinterpret_cast<const std::uint32_t *>(map_.data() + e.bigram_offset);
         if (want.key.size() != e.n_bigrams ||
             !std::equal(want.first.begin(), want.first.end(), got) ||
