@@ -356,7 +356,8 @@ void run_inspect(const std::string & path, bool as_json) {
         };
         nlohmann::json shards = nlohmann::json::array();
         for (const auto & s : ds->shards()) {
-            shards.push_back({{"text_tokens", s.n_tokens()}, {"suffixes", s.n_suffixes()}});
+            shards.push_back(
+                {{"text_tokens", s.n_tokens()}, {"suffixes", s.n_suffixes()}, {"bigram_table", s.has_bigram_table()}});
         }
         j["shard_sizes"] = shards;
         std::printf("%s\n", j.dump(2).c_str());
@@ -370,6 +371,14 @@ void run_inspect(const std::string & path, bool as_json) {
     std::printf("documents:      %llu\n", (unsigned long long) i.n_documents);
     std::printf("tokens:         %llu\n", (unsigned long long) i.n_tokens);
     std::printf("shards:         %zu\n", i.n_shards);
+    // Opened for one pass, a shard has a table only if the file carries it (format 2; shards an append kept from a
+    // format 1 base do not, and every process then builds theirs after open).
+    const auto n_tables = std::count_if(ds->shards().begin(), ds->shards().end(),
+                                        [](const rest::index_shard & s) { return s.has_bigram_table(); });
+    if (static_cast<std::size_t>(n_tables) < i.n_shards) {
+        std::printf("bigram tables:  %zu of %zu shards (`rest index compact` writes the others)\n",
+                    static_cast<std::size_t>(n_tables), i.n_shards);
+    }
     std::printf("bytes:          %llu (%.3f bytes/token)\n", (unsigned long long) i.n_bytes, per_tok);
     std::printf("opened in:      %.3f ms\n", t_open * 1e3);
 }

@@ -111,6 +111,8 @@ class index_shard {
     // a small array): read from the file (format version 2) or once build_bigrams() has finished; else false (not
     // built yet, or no first-token table).
     bool bigram_range(token_id t0, token_id t1, sa_range & out) const;
+    // Whether bigram_range() has a table now (from the file, or built).
+    bool has_bigram_table() const;
 
     // Builds the bigram table: for every first token, the first rank of each second token after it (one entry per
     // distinct bigram, 8 bytes each). One pass over the suffix array, a text read per suffix, so seconds per 100M

@@ -127,6 +127,10 @@ bool index_shard::bigram_range(token_id t0, token_id t1, sa_range & out) const {
     return true;
 }
 
+bool index_shard::has_bigram_table() const {
+    return bigrams_ && bigrams_->ready.load(std::memory_order_acquire);
+}
+
 void index_shard::set_bigram_table(const std::uint32_t * section, std::uint64_t n_runs) {
     if (!bigrams_ || !section) return;
     bigrams & b = *bigrams_;
