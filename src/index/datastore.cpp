@@ -1,6 +1,5 @@
 #include "rest/datastore.h"
 
-#include "bigram-scan.h"
 #include "index-file.h"
 #include "index-format.h"
 #include "suffix-sort.h"
@@ -188,7 +187,6 @@ class mmap_datastore final : public datastore {
                          " past the text's " + std::to_string(e.n_text) + " tokens");
                 }
             }
-            if (e.n_bigrams > 0) check_bigrams(s, shards_[i], e);
         }
     }
 
@@ -230,24 +228,6 @@ class mmap_datastore final : public datastore {
             if (first[t] > first[t + 1]) fail("has " + s + "bigram table decreasing at token " + std::to_string(t));
         }
         return first;
-    }
-
-    // The file's bigram table against the one the suffix array gives (the scan build_bigrams() runs): a writer and
-    // a reader that disagreed on a key would show here. Seconds per 100M tokens, like the rest of verify().
-    void check_bigrams(const std::string & s, const index_shard & v, const fmt::shard_entry & e) const {
-        bigram_table want;
-        scan_bigrams(
-            reinterpret_cast<const std::uint32_t *>(map_.data() + e.bucket_offset), n_buckets_,
-            [&v](std::uint64_t r) { return v.suffix(r); }, [&v](std::uint64_t pos) { return v.key_at(pos + 1); },
-            [](std::uint64_t) {}, e.n_bigrams, {}, want);  // a larger table is a mismatch: no need to finish it
-        const auto * got = reinterpret_cast<const std::uint32_t *>(map_.data() + e.bigram_offset);
-        if (want.key.size() != e.n_bigrams ||
-            !std::equal(want.first.begin(), want.first.end(), got) ||
-            !std::equal(want.key.begin(), want.key.end(), got + n_buckets_) ||
-            !std::equal(want.start.begin(), want.start.end(), got + n_buckets_ + e.n_bigrams)) {
-            fail("has a " + s + "bigram table that disagrees with its suffix array (" + std::to_string(e.n_bigrams) +
-                 " runs, the suffix array gives " + std::to_string(want.key.size()) + ")");
-        }
     }
 
     void check_range(const std::string & what, std::uint64_t offset, std::uint64_t bytes) const {
