@@ -2,10 +2,9 @@
 # Issue 20's scale benchmark: one index of the Linux source (.c/.h of linux-source-6.1) grown by appending
 # /usr/include (then compacted: its shards merged), against building /usr/include alone, with a 32k-vocabulary
 # tokenizer (llama.cpp's models/ggml-vocab-llama-spm.gguf by default: the index needs only a tokenizer, and a
-# vocab-only GGUF is one). Then
-# the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree) on the indexes: evicted from
-# the page cache, page-cached, and page-cached SETTLE_MS after open (a format version 1 index's bigram tables are
-# built by then; version 2 files carry them). A
+# vocab-only GGUF is one). Then the draft step in fresh processes (bench-draft-index: retrieval plus a 16-node tree)
+# on the indexes: evicted from the page cache, page-cached, and page-cached SETTLE_MS after open (a format version 1
+# index's bigram tables are built by then; version 2 files carry them). A
 # benchmark, not a test: the Linux build takes about 15 minutes of one core and ~3.5 GB of memory.
 #
 #   bench/index-scale-linux.sh [TOKENIZER.gguf]

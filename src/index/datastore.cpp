@@ -123,13 +123,13 @@ class mmap_datastore final : public datastore {
         }
         // Every check passed: map the pages in behind the caller's back (from 1 MiB; see page_prefetcher).
         if (how == access::lookups) {
-            // Then, on the same thread, the bigram table of each shard whose file section has none (format version
-            // 1): a bigram's first search becomes a lookup in memory instead of a binary search with a cache and
-            // TLB miss per round. (Built here, a 600M-token shard's took 6 s of this thread, and the draft steps
-            // of those seconds ran at p99 172-198 us against 64-78 after.) The thread holds copies of the views
-            // (they share the tables) and is joined before the mapping goes.
             // The shards' first-token and bigram tables are mapped first: every lookup reads them, and they sit at
             // the end of each shard (mapped last otherwise, in a fresh process's first 0.1 s on a 3.6 GB index).
+            // Then, on the same thread, the bigram table of each shard whose file has none (format version 1): a
+            // bigram's first search becomes a lookup in memory instead of a binary search with a cache and TLB miss
+            // per round. (Built here, a 600M-token shard's took 6 s of this thread, and the draft steps of those
+            // seconds ran at p99 172-198 us against 64-78 after.) The thread holds copies of the views (they share
+            // the tables) and is joined before the mapping goes.
             std::vector<std::pair<std::uint64_t, std::uint64_t>> tables;
             for (const fmt::shard_entry & e : table_) {
                 if (n_buckets_ > 0) tables.emplace_back(e.bucket_offset, n_buckets_ * 4);
@@ -194,20 +194,22 @@ class mmap_datastore final : public datastore {
     [[noreturn]] void fail(const std::string & what) const { throw user_error("index '" + path_ + "' " + what); }
 
     void check_buckets(const std::string & s, const std::uint32_t * buckets, std::uint64_t n_sa) const {
-        if (n_buckets_ == 0) return;
-        if (buckets[n_buckets_ - 1] != n_sa) {
-            fail("has an inconsistent " + s + "first-token table (ends at " + std::to_string(buckets[n_buckets_ - 1]) +
-                 ", expected " + std::to_string(n_sa) + ")");
+        if (n_buckets_ > 0) check_offsets(s + "first-token table", buckets, n_sa);
+    }
+
+    // A per-token offset table (first-token or bigram): monotone and ending at `end`, so that every slice a lookup
+    // takes from it lies inside what it indexes. O(vocabulary).
+    void check_offsets(const std::string & what, const std::uint32_t * table, std::uint64_t end) const {
+        if (table[n_buckets_ - 1] != end) {
+            fail("has an inconsistent " + what + " (ends at " + std::to_string(table[n_buckets_ - 1]) +
+                 ", expected " + std::to_string(end) + ")");
         }
         for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
-            if (buckets[t] > buckets[t + 1]) {
-                fail("has " + s + "first-token table decreasing at token " + std::to_string(t));
-            }
+            if (table[t] > table[t + 1]) fail("has " + what + " decreasing at token " + std::to_string(t));
         }
     }
 
-    // A shard's bigram table, its framing checked: in the file, and run offsets monotone up to its run count, so
-    // that every lookup's slice lies inside it. O(vocabulary), like the first-token table's check; the runs'
+    // A shard's bigram table, its framing checked: in the file, and its run offsets (check_offsets). The runs'
     // contents are bounded where they are read (index_shard::bigram_range).
     const std::uint32_t * bigram_section(const std::string & s, const fmt::shard_entry & e) const {
         if (n_buckets_ == 0) {
@@ -220,13 +222,7 @@ class mmap_datastore final : public datastore {
         }
         check_range(s + "bigram table", e.bigram_offset, fmt::bigram_bytes(n_buckets_, e.n_bigrams));
         const auto * first = reinterpret_cast<const std::uint32_t *>(map_.data() + e.bigram_offset);
-        if (first[n_buckets_ - 1] != e.n_bigrams) {
-            fail("has an inconsistent " + s + "bigram table (ends at " + std::to_string(first[n_buckets_ - 1]) +
-                 ", expected " + std::to_string(e.n_bigrams) + ")");
-        }
-        for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
-            if (first[t] > first[t + 1]) fail("has " + s + "bigram table decreasing at token " + std::to_string(t));
-        }
+        check_offsets(s + "bigram table", first, e.n_bigrams);
         return first;
     }
 

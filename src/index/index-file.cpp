@@ -157,10 +157,10 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
     thread_ = std::jthread([data, size, page, then = std::move(then), first = std::move(first)](std::stop_token stop) {
         // First every page is mapped, the tables before the rest of the file (cheap where the page cache holds 2 MiB
         // folios: one entry each); then every page is read once, the tables first again, since mapped is not yet
-        // cheap to reach. On a
-        // Zen 5 VM (nested paging) a thread's first read of each populated 4 KiB page still cost ~1.3 us; a fresh
-        // process's first 200 bigram searches on the demo model's 20 MB index took 3.4-8 ms (p50 11-28 us each)
-        // against 0.35-0.53 ms (p50 1.7-1.8 us) once this thread had read every page (6-7 ms of its time for 20 MB).
+        // cheap to reach. On a Zen 5 VM (nested paging) a thread's first read of each populated 4 KiB page still
+        // cost ~1.3 us; a fresh process's first 200 bigram searches on the demo model's 20 MB index took 3.4-8 ms
+        // (p50 11-28 us each) against 0.35-0.53 ms (p50 1.7-1.8 us) once this thread had read every page (6-7 ms of
+        // its time for 20 MB).
         // Interleaved per 32 MiB instead, the reads held the mapping of a 3.6 GB page-cached index back: a fresh
         // process's draft steps took minor faults for its first ~30 ms, p99 45-56 us against 35-38 us with the
         // mapping done first (three processes each).

@@ -75,8 +75,8 @@ class page_prefetcher {
     // Starts mapping [data, data + size) in (once; the range must stay mapped until this object is destroyed), then
     // runs `then` on the same thread at the lowest CPU priority (work that reads the mapped pages; it must return
     // soon once its stop token is set, and what it uses must outlive this object). The (offset, bytes) ranges of
-    // `first` go before the rest: small tables that every lookup reads (a fresh process's first
-    // lookups fault on what is not mapped yet).
+    // `first` go before the rest: small tables that every lookup reads (a fresh process's first lookups fault on
+    // what is not mapped yet).
     void start(const std::uint8_t * data, std::uint64_t size, std::function<void(std::stop_token)> then = {},
                std::vector<std::pair<std::uint64_t, std::uint64_t>> first = {});
     // Whether a thread was started (false: the mapping is too small or too large, or prefetching is off).
