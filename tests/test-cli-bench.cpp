@@ -190,6 +190,34 @@ TEST_F(bench_cli, multi_turn_records_run_turn_two_on_the_models_answer) {
     }
 }
 
+// llama.cpp's drafters at a cap (@N): never more than N draft tokens a step. ngram-cache keeps what earlier requests
+// produced (its dynamic cache, as llama-lookup's -lcd file does from run to run): asked the same prompt a third time
+// with no datastore, it drafts from the first two answers and needs fewer forward passes than the first time (its
+// dynamic cache drafts a token only from 2 occurrences). Without the merge the three requests cost the same.
+TEST_F(bench_cli, llama_drafters_take_a_cap_and_ngram_cache_learns_from_earlier_requests) {
+    rest::fixture_params p;
+    const std::string    model   = rest_test::fixture_model(p);
+    const std::string    prompts = dir_ + "/p.jsonl";
+    {
+        std::ofstream f(prompts);
+        for (int i = 0; i < 3; ++i) f << R"({"prompt": "Once upon a time"})" << "\n";
+    }
+    const std::string out = dir_ + "/capped";
+    const auto r = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts) +
+                       " -n 48 -t 1 --quiet --methods plain,ngram-cache@3,ngram-simple@2 --out " + shell_quote(out));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = read_json(out + "/results.json");
+    for (const auto & [name, cap] : {std::pair{"ngram-cache@3", 3}, std::pair{"ngram-simple@2", 2}}) {
+        const auto * m = method(j, name);
+        ASSERT_TRUE(m) << name;
+        EXPECT_LE((*m)["budget_hist"].size(), (size_t) cap + 1) << name << ": " << (*m)["budget_hist"].dump();
+    }
+    ASSERT_EQ(j["cases"].size(), 3u);
+    const int first = j["cases"][0]["methods"]["ngram-cache@3"]["n_forward"];
+    const int third = j["cases"][2]["methods"]["ngram-cache@3"]["n_forward"];
+    EXPECT_LT(third, first);
+}
+
 TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
     rest::fixture_params p;
     const std::string    model   = rest_test::fixture_model(p);
@@ -197,7 +225,7 @@ TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
     std::ofstream(prompts) << R"({"prompt": "hello"})" << "\n";
     const std::string base = "bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts) + " -n 4 --out " +
                              shell_quote(dir_ + "/out") + " --methods ";
-    for (const char * bad : {"plain,nosuch", "ngram-cache@8", "rest@x", "plain,plain", "rest-datastore"}) {
+    for (const char * bad : {"plain,nosuch", "ngram-cache@0", "plain@2", "rest@x", "plain,plain", "rest-datastore"}) {
         const auto r = run(base + bad);  // rest-datastore without --index
         EXPECT_TRUE(r.one_line_error()) << bad << ": code " << r.code << " stderr: " << r.err;
     }

@@ -27,8 +27,11 @@ method_spec parse_one(const std::string & item) {
         } catch (const std::exception &) {
             throw rest::user_error("method '" + item + "': expected @N with N a draft budget in 0..256");
         }
-        if (!base.starts_with("rest")) {
-            throw rest::user_error("method '" + item + "': only rest methods take a fixed budget @N");
+        if (!base.starts_with("rest") && !is_llama_drafter(base)) {
+            throw rest::user_error("method '" + item + "': only rest methods and llama.cpp's drafters take @N");
+        }
+        if (is_llama_drafter(base) && m.n_fixed < 1) {
+            throw rest::user_error("method '" + item + "': a llama.cpp drafter's @N caps its draft, N >= 1");
         }
     }
     if (base == "plain") {
@@ -61,12 +64,13 @@ method_spec parse_one(const std::string & item) {
         m.use_context   = base == "rest" || base == "rest-context";
         m.use_history   = base == "rest" || base == "rest-history";
     } else if (is_llama_drafter(base)) {
-        m.type = method_spec::kind::llama_drafter;
+        m.type    = method_spec::kind::llama_drafter;
+        m.drafter = base;
     } else {
         throw rest::user_error("unknown method '" + item +
                                "' (plain, llama-plain, rest, rest-datastore, rest-context, rest-history, rest@N, rest+pred, rest+pred-eK, "
                                "rest+pred-unrelated, "
-                               "ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v)");
+                               "ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v, each of these @N)");
     }
     return m;
 }
@@ -166,8 +170,12 @@ class llama_drafter_runner final : public method_runner {
   public:
     llama_drafter_runner(const method_spec & m, session & s, const method_config & cfg,
                          const ngram_static_cache * static_cache)
-        : s_(s), n_draft_max_(cfg.n_llama_draft_max), dec_(s.context(), nullptr) {
-        drafter_ = make_llama_drafter(m.name, cfg.ngram, static_cache);
+        : s_(s), n_draft_max_(m.n_fixed > 0 ? m.n_fixed : cfg.n_llama_draft_max), dec_(s.context(), nullptr) {
+        ngram_params np = cfg.ngram;
+        if (m.n_fixed > 0) {
+            np.cache_draft_max = m.n_fixed;  // ngram-cache@N: llama-lookup's --spec-draft-n-max N
+        }
+        drafter_ = make_llama_drafter(m.drafter, np, static_cache);
     }
     method_run run(std::span<const rest::token_id> prompt, std::int32_t n_predict, const rest::sampler_params & sampling,
                    std::span<const rest::token_id> prediction) override {

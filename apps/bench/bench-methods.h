@@ -7,6 +7,8 @@
 //   rest               datastore + context + past outputs, automatic budget (the cost model)
 //   rest-datastore     the datastore alone;  rest-context: the context alone;  rest-history: past outputs alone
 //   <rest method>@N    the same with a fixed budget of N draft nodes every step (REST-style; for comparisons)
+//   <llama.cpp type>@N at most N draft tokens a step (ngram-cache@N: llama-lookup's --spec-draft-n-max N), so one
+//                      run holds each type at several caps (issue 23's panel compares each at its best)
 //   rest+pred          rest with a predicted output (the edit workload, edit-workload.h): plain's own greedy output
 //                      for the prompt; rest+pred-eK: with K random edits per 128 tokens; rest+pred-unrelated: the
 //                      output for another prompt (the next record's)
@@ -38,7 +40,8 @@ struct method_spec {
     bool         use_datastore = false;
     bool         use_context = false;
     bool         use_history = false;
-    std::int32_t n_fixed = -1;  // rest: >= 0 verifies exactly this many nodes per step
+    std::int32_t n_fixed = -1;  // rest: >= 0 verifies exactly this many nodes per step; llama.cpp's: its draft cap
+    std::string  drafter;       // llama.cpp's drafters: the type, without @N
     std::int32_t pred_edits = -1;  // rest+pred: edits per 128 tokens of the prediction (-1: no prediction)
     bool         pred_unrelated = false;  // rest+pred-unrelated
     bool has_prediction() const { return pred_edits >= 0 || pred_unrelated; }

@@ -43,7 +43,9 @@ std::uint16_t n_matching(std::span<const rest::token_id> emitted, const rest::dr
     return (std::uint16_t) k;
 }
 
-// llama-lookup's drafting: context n-grams (1..4) of this request, an (empty) dynamic cache and the static cache.
+// llama-lookup's drafting: context n-grams (1..4) of this request, a dynamic cache and the static cache. As
+// llama-lookup does with a dynamic cache file (-lcd) from run to run, each request's context cache is merged into the
+// dynamic cache when the next request starts, so earlier requests' text helps as rest's past outputs do.
 class ngram_cache_drafter final : public rest::draft_provider {
   public:
     ngram_cache_drafter(int n_draft, const common_ngram_cache * nc_static) : n_draft_(n_draft) {
@@ -52,6 +54,7 @@ class ngram_cache_drafter final : public rest::draft_provider {
         }
     }
     void reset(std::span<const rest::token_id> prompt) override {
+        common_ngram_cache_merge(dynamic_, context_);
         inp_.assign(prompt.begin(), prompt.end());
         context_.clear();
         common_ngram_cache_update(context_, LLAMA_NGRAM_MIN, LLAMA_NGRAM_MAX, inp_, (int) inp_.size(), false);
