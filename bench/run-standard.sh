@@ -10,6 +10,12 @@
 #                decode speed, llama-lookup's M with a static cache from tinystories-A (first 40 prompts of B), and
 #                bench/peers.py: llama-server (plain, ngram-cache, ngram-simple, ngram-mod) and llama-lookahead as
 #                external processes on 30 prompts of B
+#   panel        issue 23's workload panel, each run with rest (automatic and fixed budgets) and every llama.cpp
+#                n-gram type at several caps, verified alike (bench/panel.py summarizes: M, rows per step, speed,
+#                rest's M at equal rows over each llama.cpp point's): stories260K on B; the demo model on HumanEval
+#                with a Python-stdlib index; the demo model completing its 33 held-out stdlib files (prompt: a
+#                file's first lines) with an index of its 633 training files only; and a repetition workload
+#                (HumanEval prompts asked twice, so past outputs matter). OUT/panel.md holds the tables.
 # Each part runs every method in one `rest bench` process, interleaved per prompt, and writes results.json,
 # results.md and PNG plots into OUT/<part>/; OUT/headline.md collects the tables with the machine description.
 #
@@ -17,7 +23,7 @@
 # Environment: REST_BIN (default build/bin/rest), REST_SHARED_DATA (default ../shared/data),
 #   REST_BENCH_THREADS (default 2, as llama.cpp's reference figures in ../shared/data/README.md: decode threads,
 #   the same for every method; use 1 on a busy machine, where ggml's spinning thread pool degrades badly),
-#   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all five),
+#   REST_BENCH_CACHE (fixtures and indexes, default ~/.cache/rest.cpp/bench), REST_BENCH_PARTS (default all six),
 #   REST_LLAMA_TOOLS (llama-bench etc., default ~/.cache/rest.cpp/llama-tools/bin),
 #   REST_BENCH_QUICK=1 (fewer prompts, for a smoke test), REST_BENCH_NGL=N (adds --ngl N to every `rest bench`:
 #   layers offloaded to a GPU; bench/gpu-check.sh sets it).
@@ -30,7 +36,7 @@ bin=${REST_BIN:-$root/build/bin/rest}
 data=${REST_SHARED_DATA:-$root/../shared/data}
 threads=${REST_BENCH_THREADS:-2}
 cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
-parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench llamacpp}
+parts=${REST_BENCH_PARTS:-stories260K tinyllama humaneval mtbench llamacpp panel}
 tools=${REST_LLAMA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/llama-tools/bin}
 quick=${REST_BENCH_QUICK:-0}
 ngl=${REST_BENCH_NGL:-}
@@ -76,6 +82,10 @@ bench() {  # part, label, args...
 }
 
 all_methods=plain,llama-plain,rest,rest-datastore,rest-context,rest@2,rest@4,rest@8,rest@16,ngram-cache,ngram-simple,ngram-mod
+# The panel's methods: rest's points and each llama.cpp type at the caps where it can be best.
+panel_methods=plain,rest,rest@1,rest@2,rest@4,rest@8,rest@16
+panel_methods+=,ngram-cache@2,ngram-cache@4,ngram-cache@8,ngram-cache@16,ngram-simple@4,ngram-simple@16
+panel_methods+=,ngram-mod@16,ngram-mod@64,ngram-map-k@4,ngram-map-k@16,ngram-map-k4v@4,ngram-map-k4v@16
 
 for part in $parts; do
     case $part in
@@ -164,6 +174,34 @@ PY
         else
             say "llama-server or llama-lookahead not built (bench/build-llama-tools.sh); no peer rows"
         fi
+        ;;
+    panel)
+        demo="$root/models/pystdlib-demo-f16.gguf"
+        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1)
+        [ -n "$pylib" ] && [ -f "$demo" ] || { say "no /usr/lib/python3.* or demo model; skipping panel"; continue; }
+        m="$data/models/stories260K.gguf"
+        idx=$(index stories260K-tinystories-A "$m" --split-paragraphs "$data/corpora/tinystories-A.txt")
+        bench panel-stories260K "panel: stories260K + tinystories-A, prompts B" -m "$m" --index "$idx" \
+            --prompts "$data/prompts/tinystories-B.jsonl" --n-prompts "$(n 40 6)" -n 128 --methods "$panel_methods"
+        # The demo model's split (models/README.md): files sorted by path, every 20th held out.
+        find "$pylib" -name '*.py' -type f | LC_ALL=C sort > "$out/panel-files.txt"
+        awk 'NR % 20 == 0' "$out/panel-files.txt" > "$out/panel-heldout.txt"
+        awk 'NR % 20 != 0' "$out/panel-files.txt" > "$out/panel-train.txt"
+        idx_all=$(index demo-pystdlib "$demo" $(cat "$out/panel-files.txt"))
+        idx_train=$(index demo-pystdlib-train "$demo" $(cat "$out/panel-train.txt"))
+        bench panel-humaneval "panel: demo model + Python-stdlib index, HumanEval" -m "$demo" --index "$idx_all" \
+            --prompts "$data/prompts/HumanEval.jsonl.gz" --n-prompts "$(n 40 6)" -n 128 --methods "$panel_methods"
+        python3 "$root/bench/panel.py" heldout-prompts "$out/panel-heldout.txt" "$out/panel-heldout.jsonl"
+        bench panel-heldout "panel: demo model completing its held-out stdlib files, index of its training files" \
+            -m "$demo" --index "$idx_train" --prompts "$out/panel-heldout.jsonl" --n-prompts "$(n -1 6)" -n 128 \
+            --methods "$panel_methods"
+        python3 "$root/bench/panel.py" repeat-prompts "$data/prompts/HumanEval.jsonl.gz" "$(n 20 3)" \
+            "$out/panel-repeat.jsonl"
+        bench panel-repeat "panel: demo model + Python-stdlib index, HumanEval prompts asked twice" -m "$demo" \
+            --index "$idx_all" --prompts "$out/panel-repeat.jsonl" -n 128 --methods "$panel_methods"
+        mkdir -p "$out/panel"
+        python3 "$root/bench/panel.py" summarize "$out"/panel-{stories260K,humaneval,heldout,repeat} \
+            > "$out/panel/results.md" 2>>"$log" || say "panel.py summarize failed (see $log)"
         ;;
     *) echo "run-standard: unknown part '$part'" >&2; exit 1 ;;
     esac
