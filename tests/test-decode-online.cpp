@@ -310,6 +310,22 @@ TEST(online_budget, a_plain_step_after_another_shape_keeps_its_measured_rebuild)
     EXPECT_LT(b.gain(1), 0.7);
 }
 
+TEST(online_budget, a_probe_that_verifies_nothing_ends_within_its_length_whatever_its_first_step_paid) {
+    // A probe's first step enters drafting (a 2-row pass with its 100 us rebuild, 1 token: 200 us lost); then every
+    // step drafts (4 us) and the choice verifies nothing. Those steps' loss is exactly their drafting time, with no
+    // spread; counted in the spread, the first step's loss kept the bound above it for 25 steps here (60 on
+    // stories260K at one thread, 4% of plain's time in a run).
+    online_budget b(rebuild_table(), no_exploration());
+    plain_steps(b);
+    b.observe_step(step_of(2, 300, 4, 1, true));
+    int step = 1;
+    for (; step < 200 && !b.drafting_off(1); ++step) {
+        b.observe_step(step_of(1, step == 1 ? 200 : 100, 4, 1, true));  // the first pays the rebuild back to 1 row
+    }
+    EXPECT_TRUE(b.drafting_off(1)) << "after " << step << " steps";
+    EXPECT_LE(step, online_budget_params{}.probe_steps + 2);
+}
+
 TEST(online_budget, the_plain_pass_that_ends_a_drafting_run_is_charged_to_drafting) {
     // Runs of 4 drafting steps (2 rows, 2 tokens, 170 us against plain's 2 x 100; the first pays a 100 us graph
     // rebuild) and a plain pass after each, which pays the rebuild back. Drafting with its way in is a 2.5% gain (780

@@ -285,8 +285,10 @@ double online_budget::loss_noise(const mode & m) const {
     // Steps as many as the EMA's memory holds (its equivalent sample size), at most those measured; a gain taken
     // from a warm start or a neighbour has no spread yet, and waits for a probe's length of its own.
     if (m.var_steps < params_.probe_steps) return HUGE_VAL;
+    // Only the share of steps that verified nodes is noisy: of n_eff steps, noisy_share * n_eff have loss_var each,
+    // so the mean's variance is noisy_share * loss_var / n_eff.
     const double n_eff = std::min((double) m.var_steps, (2 - params_.gain_ema) / params_.gain_ema);
-    return params_.loss_z * std::sqrt(m.loss_var / n_eff);
+    return params_.loss_z * std::sqrt(m.noisy_share * m.loss_var / n_eff);
 }
 
 bool online_budget::drafting_prevails(std::int32_t n_past, std::size_t n_equal) const {
@@ -358,8 +360,9 @@ void online_budget::begin_probe(mode & m) {
     // what the last probe found, so a run that ends here still saves that drafting lost.
     m.off_left  = 0;
     m.steps     = 0;
-    m.var_steps = 0;
-    m.exit_us   = 0;
+    m.var_steps   = 0;
+    m.noisy_steps = 0;
+    m.exit_us     = 0;
 }
 
 void online_budget::observe_request(bool predicted) {
@@ -682,9 +685,19 @@ void online_budget::update_gain(const step_report & r, bool same) {
     const bool   steady_plain = r.n_rows == (std::int32_t) r.n_requests && same;
     const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;
-    // The spread of a step's loss (spent - plain) next to its mean: the EMA's variance, same weights.
-    const double loss  = spent - plain, delta = loss - (m.t_spent - m.t_plain);
-    m.loss_var     = m.var_steps == 1 ? 0.0 : (1 - w) * (m.loss_var + w * delta * delta);
+    // The spread of the loss (spent - plain), from the steps whose pass time it holds. A steady plain step's loss
+    // is its drafting time, exactly: counted in the spread's mean, a stretch of them (a probe where the choice
+    // verifies nothing, as on stories260K at one thread) stayed "within the noise" of one step that entered
+    // drafting (a rebuild and a cold draft, 200 us) for 60 steps, paying 3-6 us of drafting each, and unwound the
+    // back-off: 4% of plain's time in a run.
+    const double loss = spent - plain;
+    m.noisy_share     = (1 - w) * m.noisy_share + w * (steady_plain ? 0.0 : 1.0);
+    if (!steady_plain) {
+        const double wn    = std::max(params_.gain_ema, 1.0 / ++m.noisy_steps);
+        const double delta = loss - m.loss_mean;
+        m.loss_var         = m.noisy_steps == 1 ? 0.0 : (1 - wn) * (m.loss_var + wn * delta * delta);
+        m.loss_mean += wn * delta;
+    }
     m.t_plain      = (1 - w) * m.t_plain + w * plain;
     m.t_spent      = (1 - w) * m.t_spent + w * spent;
     if (m.steps < params_.probe_steps || m.var_steps < params_.probe_steps) return;
