@@ -147,7 +147,7 @@ void run_bench(const bench_args & a) {
 
     std::unique_ptr<bench::ngram_static_cache> ngram_static;
     for (const auto & m : methods) {
-        if (m.name == "ngram-cache" && s.datastore()) {
+        if (m.drafter == "ngram-cache" && s.datastore() && !ngram_static) {  // one cache, shared by ngram-cache@N
             ngram_static = std::make_unique<bench::ngram_static_cache>(*s.datastore());
         }
     }
@@ -359,8 +359,9 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per prompt turn")->capture_default_str();
     cmd->add_option("--methods", a->methods,
                     "Comma-separated: plain, llama-plain, rest, rest-datastore, rest-context, rest-history, "
-                    "rest@N (fixed budget N), ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v (@N: at most N "
-                    "draft tokens a step)")
+                    "rest@N (fixed budget N), ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v; each llama.cpp "
+                    "type also as TYPE@N (at most N draft tokens a step, overriding --ngram-draft-max and "
+                    "--llama-draft-max)")
         ->capture_default_str();
     cmd->add_option("--out", a->out, "Output directory")->required();
     cmd->add_option("--label", a->label, "Name of this run in the table's caption");

@@ -11,7 +11,7 @@ included, as `rest bench` counts it), rows per step (1 + draft rows verified per
 verify cost) and speed (median over prompts of the ratio to plain in the same run). Then, at equal rows: rest's
 frontier is the upper concave hull of its points (plain, automatic, every rest@N) in (rows, M), which alternating
 two of them step by step attains; for each llama.cpp point (a type at a cap) it gives the frontier's M at that
-point's rows over the point's M (beyond rest's largest row count, that point's M), and the same at the vertices of
+point's rows over the point's M (beyond rest's largest row count, the frontier's highest M), and the same at the vertices of
 llama.cpp's own hull (its best type at each cost). Issue 23 asks >= 1.15 at equal rows, and rest's automatic speed
 >= 1.15x the fastest llama.cpp method's.
 """
@@ -23,18 +23,22 @@ import sys
 LLAMA_TYPES = ("ngram-cache", "ngram-simple", "ngram-mod", "ngram-map-k4v", "ngram-map-k")
 
 
-def heldout_prompts(files_list, out, min_bytes=200, max_bytes=400):
-    # A prompt is a file's first whole lines, at least min_bytes, at most max_bytes (the demo model's context is 256
-    # tokens, ~3.3 bytes a token, and 128 are generated).
+def heldout_prompts(files_list, out, min_chars=200, max_chars=400):
+    # A prompt is a file's first whole lines, at least min_chars (or the whole file), at most max_chars (the demo
+    # model's context is 256 tokens, ~3.3 characters a token, and 128 are generated); a first line longer than that
+    # is cut at max_chars.
+    with open(files_list) as fl:
+        paths = [p for p in fl.read().split("\n") if p]
     with open(out, "w") as f:
-        for path in open(files_list).read().split("\n"):
-            if not path:
-                continue
-            text, prompt = open(path, encoding="utf-8", errors="replace").read(), ""
+        for path in paths:
+            with open(path, encoding="utf-8", errors="replace") as src:
+                text = src.read()
+            prompt = ""
             for line in text.splitlines(keepends=True):
-                if len(prompt) >= min_bytes or len(prompt) + len(line) > max_bytes:
+                if len(prompt) >= min_chars or len(prompt) + len(line) > max_chars:
                     break
                 prompt += line
+            prompt = prompt or text[:max_chars]
             if prompt.strip():
                 f.write(json.dumps({"prompt": prompt, "file": os.path.basename(path)}) + "\n")
 
@@ -56,8 +60,12 @@ def point(m):
 
 
 def hull(points):
-    # Upper concave hull of (rows, M) points, by rows.
-    pts = sorted(set(points))
+    # Upper concave hull of (rows, M) points, by rows (the best M where several share a row count), cut where it
+    # would descend: more rows need not be verified, so the frontier never falls.
+    best = {}
+    for x, y in points:
+        best[x] = max(y, best.get(x, y))
+    pts = sorted(best.items())
     up = []
     for p in pts:
         while len(up) >= 2:
@@ -67,7 +75,8 @@ def hull(points):
             else:
                 break
         up.append(p)
-    return up
+    top = max(range(len(up)), key=lambda i: up[i][1])
+    return up[: top + 1]
 
 
 def frontier_at(h, rows):
@@ -84,9 +93,18 @@ def llama_type(name):
     return base if base in LLAMA_TYPES else None
 
 
+def usable(m):
+    return m.get("M") and m.get("speedup_median") is not None and m.get("n_steps")
+
+
 def summarize(d):
-    res = json.load(open(os.path.join(d, "results.json")))
-    methods = {m["name"]: m for m in res["methods"]}
+    try:
+        with open(os.path.join(d, "results.json")) as f:
+            res = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"### {d}\n\nNo results: {e}\n")
+        return
+    methods = {m["name"]: m for m in res["methods"] if usable(m)}
     label = res.get("label") or os.path.basename(d.rstrip("/"))
     print(f"### {label}\n")
     print("| method | M | rows/step | speed (median [p25-p75]) | rest's frontier M at these rows / this M |")
@@ -127,7 +145,7 @@ def summarize(d):
 
 
 def main(argv):
-    if len(argv) >= 3 and argv[0] == "heldout-prompts":
+    if len(argv) == 3 and argv[0] == "heldout-prompts":
         heldout_prompts(argv[1], argv[2])
     elif len(argv) == 4 and argv[0] == "repeat-prompts":
         repeat_prompts(argv[1], argv[2], argv[3])

@@ -15,7 +15,7 @@
 #                rest's M at equal rows over each llama.cpp point's): stories260K on B; the demo model on HumanEval
 #                with a Python-stdlib index; the demo model completing its 33 held-out stdlib files (prompt: a
 #                file's first lines) with an index of its 633 training files only; and a repetition workload
-#                (HumanEval prompts asked twice, so past outputs matter). OUT/panel.md holds the tables.
+#                (HumanEval prompts asked twice, so past outputs matter). OUT/panel/results.md holds the tables.
 # Each part runs every method in one `rest bench` process, interleaved per prompt, and writes results.json,
 # results.md and PNG plots into OUT/<part>/; OUT/headline.md collects the tables with the machine description.
 #
@@ -104,7 +104,7 @@ for part in $parts; do
         ;;
     humaneval)
         m=$(fixture code-qwen2-l4 --vocab qwen2 --layers 4 --type q8_0)
-        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1)
+        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1 || true)
         [ -n "$pylib" ] || { say "no /usr/lib/python3.* found; skipping humaneval"; continue; }
         idx=$(index code-qwen2-pystdlib "$m" "$pylib"/*.py)
         bench humaneval "HumanEval, Python stdlib datastore, code-shaped fixture (mechanics)" -m "$m" \
@@ -177,30 +177,41 @@ PY
         ;;
     panel)
         demo="$root/models/pystdlib-demo-f16.gguf"
-        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1)
+        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1 || true)
         [ -n "$pylib" ] && [ -f "$demo" ] || { say "no /usr/lib/python3.* or demo model; skipping panel"; continue; }
         m="$data/models/stories260K.gguf"
         idx=$(index stories260K-tinystories-A "$m" --split-paragraphs "$data/corpora/tinystories-A.txt")
         bench panel-stories260K "panel: stories260K + tinystories-A, prompts B" -m "$m" --index "$idx" \
             --prompts "$data/prompts/tinystories-B.jsonl" --n-prompts "$(n 40 6)" -n 128 --methods "$panel_methods"
-        # The demo model's split (models/README.md): files sorted by path, every 20th held out.
+        # The demo model's split (as scripts/train-demo-model.sh makes it): files sorted by path, every 20th held out.
         find "$pylib" -name '*.py' -type f | LC_ALL=C sort > "$out/panel-files.txt"
         awk 'NR % 20 == 0' "$out/panel-files.txt" > "$out/panel-heldout.txt"
         awk 'NR % 20 != 0' "$out/panel-files.txt" > "$out/panel-train.txt"
-        idx_all=$(index demo-pystdlib "$demo" $(cat "$out/panel-files.txt"))
-        idx_train=$(index demo-pystdlib-train "$demo" $(cat "$out/panel-train.txt"))
+        mapfile -t files_all < "$out/panel-files.txt"
+        mapfile -t files_train < "$out/panel-train.txt"
+        idx_all=$(index demo-pystdlib "$demo" "${files_all[@]}")
+        idx_train=$(index demo-pystdlib-train "$demo" "${files_train[@]}")
         bench panel-humaneval "panel: demo model + Python-stdlib index, HumanEval" -m "$demo" --index "$idx_all" \
             --prompts "$data/prompts/HumanEval.jsonl.gz" --n-prompts "$(n 40 6)" -n 128 --methods "$panel_methods"
-        python3 "$root/bench/panel.py" heldout-prompts "$out/panel-heldout.txt" "$out/panel-heldout.jsonl"
-        bench panel-heldout "panel: demo model completing its held-out stdlib files, index of its training files" \
-            -m "$demo" --index "$idx_train" --prompts "$out/panel-heldout.jsonl" --n-prompts "$(n -1 6)" -n 128 \
-            --methods "$panel_methods"
+        # The committed demo model was trained on Python 3.11's files: another version's split holds other files.
+        if [ "$(basename "$pylib")" = python3.11 ]; then
+            python3 "$root/bench/panel.py" heldout-prompts "$out/panel-heldout.txt" "$out/panel-heldout.jsonl"
+            bench panel-heldout "panel: demo model completing its held-out stdlib files, index of its training files" \
+                -m "$demo" --index "$idx_train" --prompts "$out/panel-heldout.jsonl" --n-prompts "$(n -1 6)" -n 128 \
+                --methods "$panel_methods"
+        else
+            say "$pylib is not the demo model's python3.11: no held-out workload"
+        fi
         python3 "$root/bench/panel.py" repeat-prompts "$data/prompts/HumanEval.jsonl.gz" "$(n 20 3)" \
             "$out/panel-repeat.jsonl"
         bench panel-repeat "panel: demo model + Python-stdlib index, HumanEval prompts asked twice" -m "$demo" \
             --index "$idx_all" --prompts "$out/panel-repeat.jsonl" -n 128 --methods "$panel_methods"
         mkdir -p "$out/panel"
-        python3 "$root/bench/panel.py" summarize "$out"/panel-{stories260K,humaneval,heldout,repeat} \
+        panel_dirs=()
+        for w in stories260K humaneval heldout repeat; do
+            if [ -d "$out/panel-$w" ]; then panel_dirs+=("$out/panel-$w"); fi
+        done
+        python3 "$root/bench/panel.py" summarize "${panel_dirs[@]}" \
             > "$out/panel/results.md" 2>>"$log" || say "panel.py summarize failed (see $log)"
         ;;
     *) echo "run-standard: unknown part '$part'" >&2; exit 1 ;;

@@ -81,7 +81,7 @@ TEST_F(bench_cli, writes_results_and_rest_output_equals_plain) {
     const std::vector<std::string> prompts = {"The quick brown fox", "int main(void) {", "Once upon a time"};
     make_inputs(model, prompts, 40);
     const std::string out     = dir_ + "/out";
-    const std::string methods = "plain,llama-plain,rest,rest-datastore,rest-context,rest@8,ngram-cache,ngram-simple,ngram-mod";
+    const std::string methods = "plain,llama-plain,rest,rest-datastore,rest-context,rest@8,ngram-cache@16,ngram-simple,ngram-mod";
     const auto r = run("bench -m " + shell_quote(model) + " --index " + shell_quote(index_) + " --prompts " +
                        shell_quote(prompts_) + " -n 40 -t 1 --quiet --methods " + methods + " --out " + shell_quote(out));
     ASSERT_EQ(r.code, 0) << r.err;
@@ -93,6 +93,8 @@ TEST_F(bench_cli, writes_results_and_rest_output_equals_plain) {
     ASSERT_EQ(j["cases"].size(), prompts.size());
     EXPECT_TRUE(j["machine"].contains("loadavg_start"));
     EXPECT_FALSE(j["cost_table"]["rows"].empty());
+    // ngram-cache@N drafts with the static cache of the datastore's corpus, as ngram-cache does.
+    EXPECT_GT(j.value("ngram_static_cache_ngrams", 0), 0);
     for (const auto & m : j["methods"]) {
         const std::string name = m["name"];
         SCOPED_TRACE(name);

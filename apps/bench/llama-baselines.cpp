@@ -48,11 +48,10 @@ std::uint16_t n_matching(std::span<const rest::token_id> emitted, const rest::dr
 // dynamic cache when the next request starts, so earlier requests' text helps as rest's past outputs do.
 class ngram_cache_drafter final : public rest::draft_provider {
   public:
-    ngram_cache_drafter(int n_draft, const common_ngram_cache * nc_static) : n_draft_(n_draft) {
-        if (nc_static) {
-            static_ = *nc_static;  // common_ngram_cache_draft takes non-const references
-        }
-    }
+    // The static cache is shared by every ngram-cache method of a run (one per cap) and only read:
+    // common_ngram_cache_draft takes non-const references but only looks n-grams up in it.
+    ngram_cache_drafter(int n_draft, const common_ngram_cache * nc_static)
+        : n_draft_(n_draft), static_(nc_static ? const_cast<common_ngram_cache *>(nc_static) : &no_static_) {}
     void reset(std::span<const rest::token_id> prompt) override {
         common_ngram_cache_merge(dynamic_, context_);
         inp_.assign(prompt.begin(), prompt.end());
@@ -68,7 +67,7 @@ class ngram_cache_drafter final : public rest::draft_provider {
     rest::draft_tree draft(int n_budget) override {
         draft_.assign(1, inp_.back());
         common_ngram_cache_draft(inp_, draft_, std::min(n_draft_, n_budget), LLAMA_NGRAM_MIN, LLAMA_NGRAM_MAX,
-                                 context_, dynamic_, static_);
+                                 context_, dynamic_, *static_);
         return chain_tree(draft_, 1, n_budget);
     }
 
@@ -76,7 +75,8 @@ class ngram_cache_drafter final : public rest::draft_provider {
     int                      n_draft_;
     std::vector<llama_token> inp_;
     std::vector<llama_token> draft_;
-    common_ngram_cache       context_, dynamic_, static_;
+    common_ngram_cache       context_, dynamic_, no_static_;
+    common_ngram_cache *     static_;
 };
 
 // llama.cpp's common_speculative (as llama-server drives it) for one sequence. One instance serves every request

@@ -40,9 +40,10 @@ struct ngram_params {
     std::int32_t mod_n_max = 64;        // ngram-mod: longest draft (llama.cpp default)
 };
 
-// kind: "ngram-cache" (llama-lookup's three caches: context, dynamic (empty), static), or one of llama.cpp's
-// common_speculative types: "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v". static_cache may be null
-// (ngram-cache then drafts from the context cache alone). Throws rest::user_error for an unknown kind.
+// kind: "ngram-cache" (llama-lookup's three caches: this request's context, a dynamic cache of the earlier requests'
+// context caches, and the static cache), or one of llama.cpp's common_speculative types: "ngram-simple",
+// "ngram-mod", "ngram-map-k", "ngram-map-k4v". static_cache may be null (ngram-cache then drafts from its context
+// and dynamic caches alone); it must outlive the drafter. Throws rest::user_error for an unknown kind.
 std::unique_ptr<rest::draft_provider> make_llama_drafter(const std::string & kind, const ngram_params & params,
                                                          const ngram_static_cache * static_cache);
 

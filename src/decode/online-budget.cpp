@@ -285,10 +285,12 @@ double online_budget::loss_noise(const mode & m) const {
     // Steps as many as the EMA's memory holds (its equivalent sample size), at most those measured; a gain taken
     // from a warm start or a neighbour has no spread yet, and waits for a probe's length of its own.
     if (m.var_steps < params_.probe_steps) return HUGE_VAL;
-    // Only the share of steps that verified nodes is noisy: of n_eff steps, noisy_share * n_eff have loss_var each,
-    // so the mean's variance is noisy_share * loss_var / n_eff.
+    // Only the share of steps whose pass time was measured is noisy: of n_eff steps, noisy_share * n_eff have a
+    // variance each, so the mean's variance is noisy_share * variance / n_eff. Of one such step the variance is
+    // unknown, and its own loss stands for its spread: one preempted (or lucky) step cannot decide either way.
     const double n_eff = std::min((double) m.var_steps, (2 - params_.gain_ema) / params_.gain_ema);
-    return params_.loss_z * std::sqrt(m.noisy_share * m.loss_var / n_eff);
+    const double var   = m.noisy_steps >= 2 ? m.loss_var : m.loss_mean * m.loss_mean;
+    return params_.loss_z * std::sqrt(m.noisy_share * var / n_eff);
 }
 
 bool online_budget::drafting_prevails(std::int32_t n_past, std::size_t n_equal) const {
@@ -686,12 +688,13 @@ void online_budget::update_gain(const step_report & r, bool same) {
     const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;
     // The spread of the loss (spent - plain), from the steps whose pass time it holds. A steady plain step's loss
-    // is its drafting time, exactly: counted in the spread's mean, a stretch of them (a probe where the choice
-    // verifies nothing, as on stories260K at one thread) stayed "within the noise" of one step that entered
-    // drafting (a rebuild and a cold draft, 200 us) for 60 steps, paying 3-6 us of drafting each, and unwound the
-    // back-off: 4% of plain's time in a run.
+    // is its drafting time (and the exit charge), exactly: counted in the spread, a stretch of them (a probe where
+    // the choice verifies nothing, as on stories260K at one thread) stayed "within the noise" of one step that
+    // entered drafting (a rebuild and a cold draft, 200 us) for 60 steps, paying 3-6 us of drafting each, and
+    // unwound the back-off: 4% of plain's time in a run.
     const double loss = spent - plain;
-    m.noisy_share     = (1 - w) * m.noisy_share + w * (steady_plain ? 0.0 : 1.0);
+    const double ws   = std::max(params_.gain_ema, 1.0 / m.var_steps);  // this probe's steps (steps may be seeded)
+    m.noisy_share     = (1 - ws) * m.noisy_share + ws * (steady_plain ? 0.0 : 1.0);
     if (!steady_plain) {
         const double wn    = std::max(params_.gain_ema, 1.0 / ++m.noisy_steps);
         const double delta = loss - m.loss_mean;

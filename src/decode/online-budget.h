@@ -136,12 +136,13 @@ class online_budget final : public budget_policy {
         std::int32_t n_off = 0;     // probes in a row that did not pay
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
         double       plain_ratio = 0;  // EMA of a plain pass's measured / start-up time, preempted passes included
-        // The spread of the loss (t_spent - t_plain per step) comes from the steps that verified draft nodes: a step
-        // that verified none after a pass of its shape lost exactly its drafting time (update_gain()).
-        double       loss_var = 0;  // EMA variance of a verifying step's loss, around loss_mean
-        double       loss_mean = 0; // EMA of a verifying step's loss
-        double       noisy_share = 1;  // EMA of the share of drafting steps that verified nodes
-        std::int32_t noisy_steps = 0;  // verifying steps in loss_var since the probe began
+        // The spread of the loss (t_spent - t_plain per step) comes from the steps whose pass time was measured: a
+        // step that verified nothing after a pass of its shape lost exactly its drafting time and exit charge
+        // (update_gain()).
+        double       loss_var = 0;  // EMA variance of a measured step's loss, around loss_mean
+        double       loss_mean = 0; // EMA of a measured step's loss
+        double       noisy_share = 1;  // EMA of the share of this probe's drafting steps that were measured
+        std::int32_t noisy_steps = 0;  // measured steps in loss_var since the probe began (begin_probe())
         std::int32_t var_steps = 0; // drafting steps measured since the probe began (a warm or seeded gain has none)
         double       rate_tokens = 0, rate_us = 0;  // EMAs of a step's tokens and time, every step (see worth())
         std::int64_t n_rated = 0;   // steps in them
