@@ -359,7 +359,8 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per prompt turn")->capture_default_str();
     cmd->add_option("--methods", a->methods,
                     "Comma-separated: plain, llama-plain, rest, rest-datastore, rest-context, rest-history, "
-                    "rest@N (fixed budget N), ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v; each llama.cpp "
+                    "rest@N (fixed budget N), ngram-cache, ngram-cache-nostatic, ngram-simple, ngram-mod, ngram-map-k, "
+                    "ngram-map-k4v; each llama.cpp "
                     "type also as TYPE@N (at most N draft tokens a step, overriding --ngram-draft-max and "
                     "--llama-draft-max)")
         ->capture_default_str();

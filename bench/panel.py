@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-LLAMA_TYPES = ("ngram-cache", "ngram-simple", "ngram-mod", "ngram-map-k4v", "ngram-map-k")
+LLAMA_TYPES = ("ngram-cache", "ngram-cache-nostatic", "ngram-simple", "ngram-mod", "ngram-map-k4v", "ngram-map-k")
 
 
 def heldout_prompts(files_list, out, min_chars=200, max_chars=400):

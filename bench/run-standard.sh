@@ -84,7 +84,8 @@ bench() {  # part, label, args...
 all_methods=plain,llama-plain,rest,rest-datastore,rest-context,rest@2,rest@4,rest@8,rest@16,ngram-cache,ngram-simple,ngram-mod
 # The panel's methods: rest's points and each llama.cpp type at the caps where it can be best.
 panel_methods=plain,rest,rest@1,rest@2,rest@4,rest@8,rest@16
-panel_methods+=,ngram-cache@2,ngram-cache@4,ngram-cache@8,ngram-cache@16,ngram-simple@4,ngram-simple@16
+panel_methods+=,ngram-cache@2,ngram-cache@4,ngram-cache@8,ngram-cache@16
+panel_methods+=,ngram-cache-nostatic@2,ngram-cache-nostatic@4,ngram-cache-nostatic@8,ngram-simple@4,ngram-simple@16
 panel_methods+=,ngram-mod@16,ngram-mod@64,ngram-map-k@4,ngram-map-k@16,ngram-map-k4v@4,ngram-map-k4v@16
 
 for part in $parts; do

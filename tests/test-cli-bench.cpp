@@ -206,10 +206,11 @@ TEST_F(bench_cli, llama_drafters_take_a_cap_and_ngram_cache_learns_from_earlier_
     }
     const std::string out = dir_ + "/capped";
     const auto r = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts) +
-                       " -n 48 -t 1 --quiet --methods plain,ngram-cache@3,ngram-simple@2 --out " + shell_quote(out));
+                       " -n 48 -t 1 --quiet --methods plain,ngram-cache@3,ngram-cache-nostatic@4,ngram-simple@2 --out " + shell_quote(out));
     ASSERT_EQ(r.code, 0) << r.err;
     const auto j = read_json(out + "/results.json");
-    for (const auto & [name, cap] : {std::pair{"ngram-cache@3", 3}, std::pair{"ngram-simple@2", 2}}) {
+    for (const auto & [name, cap] :
+         {std::pair{"ngram-cache@3", 3}, std::pair{"ngram-cache-nostatic@4", 4}, std::pair{"ngram-simple@2", 2}}) {
         const auto * m = method(j, name);
         ASSERT_TRUE(m) << name;
         EXPECT_LE((*m)["budget_hist"].size(), (size_t) cap + 1) << name << ": " << (*m)["budget_hist"].dump();

@@ -70,7 +70,8 @@ method_spec parse_one(const std::string & item) {
         throw rest::user_error("unknown method '" + item +
                                "' (plain, llama-plain, rest, rest-datastore, rest-context, rest-history, rest@N, rest+pred, rest+pred-eK, "
                                "rest+pred-unrelated, "
-                               "ngram-cache, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v; a llama.cpp type also as TYPE@N, N >= 1)");
+                               "ngram-cache, ngram-cache-nostatic, ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v; a llama.cpp type "
+                               "also as TYPE@N, N >= 1)");
     }
     return m;
 }

@@ -12,7 +12,9 @@
 //   rest+pred          rest with a predicted output (the edit workload, edit-workload.h): plain's own greedy output
 //                      for the prompt; rest+pred-eK: with K random edits per 128 tokens; rest+pred-unrelated: the
 //                      output for another prompt (the next record's)
-//   ngram-cache        llama-lookup's drafter: static cache from the datastore's corpus + context cache
+//   ngram-cache        llama-lookup's drafter: static cache from the datastore's corpus + context cache + dynamic
+//                      cache of earlier requests; ngram-cache-nostatic: without the static cache (llama-server's
+//                      ngram-cache type without a lookup-cache file)
 //   ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v: llama.cpp's common_speculative types (server defaults)
 //
 // Every method except llama-plain is verified by rest's verifier, so llama.cpp's drafters are measured with the

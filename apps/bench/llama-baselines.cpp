@@ -168,15 +168,15 @@ std::size_t ngram_static_cache::size() const {
 }
 
 bool is_llama_drafter(const std::string & kind) {
-    return kind == "ngram-cache" || kind == "ngram-simple" || kind == "ngram-mod" || kind == "ngram-map-k" ||
-           kind == "ngram-map-k4v";
+    return kind == "ngram-cache" || kind == "ngram-cache-nostatic" || kind == "ngram-simple" || kind == "ngram-mod" ||
+           kind == "ngram-map-k" || kind == "ngram-map-k4v";
 }
 
 std::unique_ptr<rest::draft_provider> make_llama_drafter(const std::string & kind, const ngram_params & p,
                                                          const ngram_static_cache * static_cache) {
-    if (kind == "ngram-cache") {
-        return std::make_unique<ngram_cache_drafter>(p.cache_draft_max,
-                                                     static_cache ? &static_cache->impl_->cache : nullptr);
+    if (kind == "ngram-cache" || kind == "ngram-cache-nostatic") {
+        const bool with_static = kind == "ngram-cache" && static_cache;
+        return std::make_unique<ngram_cache_drafter>(p.cache_draft_max, with_static ? &static_cache->impl_->cache : nullptr);
     }
     if (!is_llama_drafter(kind)) {
         throw rest::user_error("unknown llama.cpp drafter '" + kind + "'");

@@ -41,7 +41,8 @@ struct ngram_params {
 };
 
 // kind: "ngram-cache" (llama-lookup's three caches: this request's context, a dynamic cache of the earlier requests'
-// context caches, and the static cache), or one of llama.cpp's common_speculative types: "ngram-simple",
+// context caches, and the static cache), "ngram-cache-nostatic" (the same without a static cache, as llama-server's
+// ngram-cache type runs without a lookup-cache file), or one of llama.cpp's common_speculative types: "ngram-simple",
 // "ngram-mod", "ngram-map-k", "ngram-map-k4v". static_cache may be null (ngram-cache then drafts from its context
 // and dynamic caches alone); it must outlive the drafter. Throws rest::user_error for an unknown kind.
 std::unique_ptr<rest::draft_provider> make_llama_drafter(const std::string & kind, const ngram_params & params,
