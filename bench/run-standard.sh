@@ -130,9 +130,12 @@ for part in $parts; do
         [ -s "$cache/lookup-tinystories-A.bin" ] || "$tools/llama-lookup-create" -m "$m" \
             -f "$data/corpora/tinystories-A.txt" -lcs "$cache/lookup-tinystories-A.bin" >>"$log" 2>&1
         python3 - "$tools" "$m" "$data/prompts/tinystories-B.jsonl" "$cache/lookup-tinystories-A.bin" "$threads" \
-            "$(n 40 3)" "$out/stories260K/results.json" > "$out/llamacpp/results.md" 2>>"$log" <<'PY'
-import json, re, statistics, subprocess, sys
-tools, model, prompts, cache, threads, n, rest_json = sys.argv[1:]
+            "$(n 40 3)" "$out/stories260K/results.json" "$out/llamacpp/lookup-dynamic.bin" \
+            > "$out/llamacpp/results.md" 2>>"$log" <<'PY'
+import json, os, re, statistics, subprocess, sys
+tools, model, prompts, cache, threads, n, rest_json, dynamic = sys.argv[1:]
+if os.path.exists(dynamic):
+    os.remove(dynamic)
 out = subprocess.run([tools + "/llama-bench", "-m", model, "-p", "0", "-n", "128", "-t", threads, "-r", "10", "-o", "json"],
                      capture_output=True, text=True, check=True).stdout
 tg = json.loads(out)[0]
@@ -141,8 +144,10 @@ print(f"| llama-bench tg128, stories260K, {threads} thread(s), 10 reps | {tg['av
 Ms, speeds, failed = [], [], []
 for line in list(open(prompts))[: int(n)]:
     p = json.loads(line)["prompt"]
+    # A dynamic cache that grows from prompt to prompt (-lcd), as rest bench's ngram-cache keeps one.
     e = subprocess.run([tools + "/llama-lookup", "-m", model, "-p", p, "-n", "128", "--spec-draft-n-max", "16",
-                        "-lcs", cache, "--temp", "0", "-t", threads, "-c", "512"], capture_output=True, text=True).stderr
+                        "-lcs", cache, "-lcd", dynamic, "--temp", "0", "-t", threads, "-c", "512"],
+                       capture_output=True, text=True).stderr
     mp, ma = re.search(r"n_predict\s*=\s*(\d+)", e), re.search(r"n_accept\s*=\s*(\d+)", e)
     if not (mp and ma):  # llama-lookup failed on this prompt (its stderr is in the log): count it, go on
         failed.append(e.strip().splitlines()[-1:] or ["(no output)"])
@@ -151,7 +156,7 @@ for line in list(open(prompts))[: int(n)]:
     Ms.append(npred / (npred - nacc))
     sp = re.search(r"decoded\s+\d+\s+tokens in\s+[\d.]+\s*seconds, speed:\s*([\d.]+)", e)
     if sp: speeds.append(float(sp.group(1)))
-print(f"| llama-lookup, static cache from tinystories-A + context cache, --spec-draft-n-max 16, first {n} prompts of B: "
+print(f"| llama-lookup, static cache from tinystories-A + context cache + dynamic cache (-lcd, grown prompt by prompt), --spec-draft-n-max 16, first {n} prompts of B: "
       f"M = n_predict / (n_predict - n_accept), mean per prompt | {statistics.mean(Ms) if Ms else float('nan'):.2f} |")
 if failed:
     print(f"| llama-lookup runs that failed (skipped) | {len(failed)}: {failed[0][0][:80]} |")
