@@ -11,7 +11,7 @@ included, as `rest bench` counts it), rows per step (1 + draft rows verified per
 verify cost) and speed (median over prompts of the ratio to plain in the same run). Then, at equal rows: rest's
 frontier is the upper concave hull of its points (plain, automatic, every rest@N) in (rows, M), which alternating
 two of them step by step attains; for each llama.cpp point (a type at a cap) it gives the frontier's M at that
-point's rows over the point's M (beyond rest's largest row count, the frontier's highest M), and the same at the vertices of
+point's rows over the point's M (beyond the rows of rest's highest-M point, that M), and the same at the vertices of
 llama.cpp's own hull (its best type at each cost). Issue 23 asks >= 1.15 at equal rows, and rest's automatic speed
 >= 1.15x the fastest llama.cpp method's.
 """
@@ -75,6 +75,8 @@ def hull(points):
             else:
                 break
         up.append(p)
+    if not up:
+        return up
     top = max(range(len(up)), key=lambda i: up[i][1])
     return up[: top + 1]
 
@@ -115,7 +117,7 @@ def summarize(d):
     for k, m in methods.items():
         rows, M = point(m)
         ratio = ""
-        if llama_type(k):
+        if llama_type(k) and h:
             r = frontier_at(h, rows) / M
             ratio = f"{r:.2f}"
             if worst is None or r < worst[0]:
@@ -126,7 +128,7 @@ def summarize(d):
               f"| {ratio} |")
     print()
     llama_pts = [point(m) for k, m in methods.items() if llama_type(k)]
-    if llama_pts and "plain" in methods:
+    if llama_pts and "plain" in methods and h:
         lh = hull(llama_pts + [point(methods["plain"])])
         vs = [f"{r:.2f} rows: {frontier_at(h, r) / M:.2f}" for r, M in lh if r > 1.05]
         print("Against llama.cpp's own frontier (the hull of all its points), at each of its vertices: " +

@@ -7,7 +7,8 @@
 #                random weights): mechanics only, the outputs are not meaningful
 #   mtbench      MT-Bench, turn 1 then turn 2 on the model's own answer through the chat template (same fixture)
 #   llamacpp     llama.cpp's own tools on stories260K, when built (bench/build-llama-tools.sh): llama-bench's plain
-#                decode speed, llama-lookup's M with a static cache from tinystories-A (first 40 prompts of B), and
+#                decode speed, llama-lookup's M with a static cache from tinystories-A and a dynamic cache grown
+#                prompt by prompt (first 40 prompts of B), and
 #                bench/peers.py: llama-server (plain, ngram-cache, ngram-simple, ngram-mod) and llama-lookahead as
 #                external processes on 30 prompts of B
 #   panel        issue 23's workload panel, each run with rest (automatic and fixed budgets) and every llama.cpp
@@ -196,17 +197,19 @@ PY
         mapfile -t files_all < "$out/panel-files.txt"
         mapfile -t files_train < "$out/panel-train.txt"
         idx_all=$(index demo-pystdlib "$demo" "${files_all[@]}")
-        idx_train=$(index demo-pystdlib-train "$demo" "${files_train[@]}")
         bench panel-humaneval "panel: demo model + Python-stdlib index, HumanEval" -m "$demo" --index "$idx_all" \
             --prompts "$data/prompts/HumanEval.jsonl.gz" --n-prompts "$(n 40 6)" -n 128 --methods "$panel_methods"
-        # The committed demo model was trained on Python 3.11's files: another version's split holds other files.
-        if [ "$(basename "$pylib")" = python3.11 ]; then
+        # The committed demo model was trained on Debian 12's Python 3.11.2 library, 666 files (models/README.md):
+        # another version's, or one with more packages installed, splits into other files.
+        rm -rf "$out/panel-heldout"
+        if [ "$(basename "$pylib")" = python3.11 ] && [ "${#files_all[@]}" -eq 666 ]; then
+            idx_train=$(index demo-pystdlib-train "$demo" "${files_train[@]}")
             python3 "$root/bench/panel.py" heldout-prompts "$out/panel-heldout.txt" "$out/panel-heldout.jsonl"
             bench panel-heldout "panel: demo model completing its held-out stdlib files, index of its training files" \
                 -m "$demo" --index "$idx_train" --prompts "$out/panel-heldout.jsonl" --n-prompts "$(n -1 6)" -n 128 \
                 --methods "$panel_methods"
         else
-            say "$pylib is not the demo model's python3.11: no held-out workload"
+            say "$pylib (${#files_all[@]} files) is not the demo model's python3.11 (666 files): no held-out workload"
         fi
         python3 "$root/bench/panel.py" repeat-prompts "$data/prompts/HumanEval.jsonl.gz" "$(n 20 3)" \
             "$out/panel-repeat.jsonl"

@@ -52,6 +52,8 @@ class ngram_cache_drafter final : public rest::draft_provider {
     // common_ngram_cache_draft takes non-const references but only looks n-grams up in it.
     ngram_cache_drafter(int n_draft, const common_ngram_cache * nc_static)
         : n_draft_(n_draft), static_(nc_static ? const_cast<common_ngram_cache *>(nc_static) : &no_static_) {}
+    ngram_cache_drafter(const ngram_cache_drafter &)             = delete;  // static_ may point at no_static_
+    ngram_cache_drafter & operator=(const ngram_cache_drafter &) = delete;
     void reset(std::span<const rest::token_id> prompt) override {
         common_ngram_cache_merge(dynamic_, context_);
         inp_.assign(prompt.begin(), prompt.end());
