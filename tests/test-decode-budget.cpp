@@ -535,8 +535,10 @@ TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {
     c.rebuild_us = 20;
     online_budget b(c, no_exploration());
     EXPECT_NEAR(b.step_us(2, 10), 110 + 20, 1e-9);  // a first pass is a change
-    // Steady runs of each shape as the table says, then alternating shapes (every pass a change).
-    for (int k = 0; k < 6; ++k) b.observe_step(step_of(4, k == 0 ? 130 + 20 : 130));
+    // The process's warm-up passes (they set no estimate), steady runs of each shape as the table says, then
+    // alternating shapes (every pass a change).
+    for (int k = 0; k < online_budget_params{}.warm_up_steps; ++k) b.observe_step(step_of(4, 300));
+    for (int k = 0; k < 6; ++k) b.observe_step(step_of(4, 130));
     for (int k = 0; k < 6; ++k) b.observe_step(step_of(2, k == 0 ? 110 + 100 : 110));
     for (int i = 0; i < 5; ++i) {
         b.observe_step(step_of(4, 130 + 100));  // after a 2-row pass
@@ -546,6 +548,34 @@ TEST(online_budget, the_cost_of_a_change_of_shape_is_learned) {
     EXPECT_NEAR(b.step_us(2, 10), 110, 110 * 0.02) << "the last pass had 2 rows: another is steady";
     EXPECT_NEAR(b.step_us(3, 10), 120 + 100, 220 * 0.02) << "a change costs what changes took, not the table's 20";
     EXPECT_NEAR(b.step_us(4, 10), 130 + 100, 230 * 0.02);
+}
+
+TEST(online_budget, a_process_warm_up_sets_no_estimate_and_only_shapes_measured_enough_persist) {
+    // A fresh process's first passes are slow (the demo model's 3-row pass: 297 us, then 254, 229, ... 158). Taken
+    // as estimates and persisted, they made every later one-shot process price plain and short passes dear.
+    cost_table           c = table_of({1, 2, 4, 8}, {100, 110, 130, 170});
+    online_budget_params p = no_exploration();
+    p.warm_up_steps        = 6;
+    online_budget b(c, p);
+    for (int k = 0; k < 6; ++k) b.observe_step(step_of(1, 300));  // warm-up: 3x the table
+    b.observe_step(step_of(1, 100));
+    EXPECT_NEAR(b.step_us(1, 10), 100, 1) << "warm-up passes are in the 1-row estimate";
+    for (int k = 0; k < 4; ++k) b.observe_step(step_of(1, 100));
+    b.observe_step(step_of(2, 110 * 2));  // one 2-row pass, 2x the table (a change of shape after 1-row ones)
+    b.observe_step(step_of(4, 130 * 2));
+    b.observe_step(step_of(4, 130 * 2));  // 4 rows: two passes
+    for (int k = 0; k < 3; ++k) b.observe_step(step_of(1, 100));
+    const budget_state st = b.export_state();
+    bool has1 = false, has2 = false, has4 = false;
+    for (const auto & [rows, ratio] : st.cost_ratio) {
+        has1 |= rows == 1;
+        has2 |= rows == 2;
+        has4 |= rows == 4;
+        if (rows == 1) EXPECT_NEAR(ratio, 1.0, 0.01) << "the warm-up is not in the persisted 1-row ratio";
+    }
+    EXPECT_TRUE(has1) << "8 steady 1-row passes";
+    EXPECT_FALSE(has2) << "one pass is not an estimate to persist";
+    EXPECT_FALSE(has4) << "nor two";
 }
 
 TEST(online_budget, decoder_with_worthless_drafts_stays_near_plain) {

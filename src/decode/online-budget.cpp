@@ -730,7 +730,12 @@ void online_budget::observe_step(const step_report & r) {
     // steady 1-row pass takes 120 on one thread): it says nothing about the machine's load or plain's cost from then
     // on, and as the first plain figure it would set what drafting is compared against for dozens of steps.
     const bool cold = n_steps_ == 1;
-    if (!cold && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+    // A fresh process's passes warm up over several steps (the demo model's 3-row pass: 297, 254, 229, 184, 173, 164,
+    // then ~158 us): they say what the process paid, not what a pass of that shape costs. Taken as estimates, and
+    // persisted, they priced plain and 2-row passes dear for every later one-shot process, which verified 7-row
+    // passes where 3 rows run twice as fast per token.
+    const bool warm_up = n_steps_ <= params_.warm_up_steps;
+    if (!warm_up && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
         const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
@@ -755,7 +760,9 @@ void online_budget::observe_step(const step_report & r) {
     const std::int32_t extra = extra_seqs(r.n_equal, r.n_seqs);
     const cost_est * known = find_est(r.n_rows, r.n_equal);
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
-    if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
+    if (warm_up) {
+        // (see above)
+    } else if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
         // A branchy tree: what it took beyond a chain of its rows (and a change of shape), per extra sequence.
         const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + change;
         seq_.add(std::max(0.0, t - chain) / extra);
@@ -800,7 +807,9 @@ void online_budget::observe_step(const step_report & r) {
         m.since_plain = 0;  // a plain pass: the plain estimate is fresh
         // As a ratio to the start-up time at this context length, so that it holds at another (attention grows).
         const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);
-        m.plain_ratio      = m.plain_ratio > 0 ? (1 - params_.plain_ema) * m.plain_ratio + params_.plain_ema * ratio : ratio;
+        if (!warm_up) {
+            m.plain_ratio = m.plain_ratio > 0 ? (1 - params_.plain_ema) * m.plain_ratio + params_.plain_ema * ratio : ratio;
+        }
     } else {
         ++m.since_plain;
     }
@@ -831,7 +840,8 @@ budget_state online_budget::export_state() const {
     s.cost_ratio_all = ratio_all_;
     s.t_draft_us     = t_draft_us_;
     for (std::size_t rows = 1; rows < single_.size(); ++rows) {
-        if (single_[rows].n > 0) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
+        // Only a median of several passes: a shape tried once or twice (and then avoided) is never measured again.
+        if (single_[rows].n >= k_persist_min) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
     }
     s.t_draft_node_us = t_draft_node_us_;
     s.shape_values    = values_;

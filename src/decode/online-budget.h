@@ -45,6 +45,7 @@ struct online_budget_params {
     double       rate_ema = 0.02;       // weight of a step in the rate decoding runs at (see worth())
     double       slow_ema = 0.02;       // weight of a pass in its thread count's slowdown (see slowdown())
     std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
+    std::int32_t warm_up_steps = 6;     // a process's first passes, which set no cost estimate (observe_step())
     // While drafting, a plain step every plain_every to plain_every_max steps, so that the gain compares with what
     // plain decoding costs now (steps without a draft count too): as often as keeps these checks near
     // plain_cost_frac of the time.
@@ -162,6 +163,7 @@ class online_budget final : public budget_policy {
     // A cost estimate: the median of the last k_window measured / prior times (robust to a preempted step, and
     // caught up with a change of machine load within k_window / 2 + 1 passes), and the step it was measured at.
     static constexpr std::size_t k_window = 5;
+    static constexpr std::size_t k_persist_min = 3;  // passes of a shape before its estimate is persisted
     struct cost_est {
         std::array<double, k_window> ratios{};
         std::size_t                  n = 0;  // ratios recorded (the ring holds the last k_window)
