@@ -151,7 +151,7 @@ std::string cost_cache_key(const rest::model & m, const rest::target_model & ctx
 
 namespace {
 
-constexpr int k_state_version = 5;  // 4: prediction source and classes; 5: shape values
+constexpr int k_state_version = 6;  // 4: prediction source and classes; 5: shape values; 6: no warm-up in the ratios
 
 // One datastore keys as it did before several could be given; none as the empty path.
 std::string state_key(const std::string & key, const std::vector<std::string> & index_paths) {

@@ -440,7 +440,9 @@ TEST(online_budget, one_slow_pass_does_not_price_every_shape_on_its_threads) {
     // ms, then 62 steady). One such pass must not make every shape never measured on those threads look twice as
     // dear (then no longer tree was ever verified, and none was measured); many of them must.
     const cost_table c = table_of({1, 2, 4, 8, 16}, {100, 110, 120, 130, 170});
-    online_budget    b(c, no_exploration());
+    online_budget_params p = no_exploration();
+    p.warm_up_steps        = 1;  // the slow pass below is past a warm-up: what this guards is the damping
+    online_budget    b(c, p);
     auto pass = [&](std::int32_t rows, double us) {
         step_report r       = step_of(rows, us, 0, 1, rows > 1);
         r.n_threads         = 2;
@@ -476,6 +478,7 @@ TEST(online_budget, a_change_of_thread_count_is_learned_apart_and_charged_where_
     c.rebuild_us = 50;
     online_budget_params p = no_exploration();
     p.slow_ema             = 0;  // no thread count's slowdown from the changes below
+    p.warm_up_steps        = 1;  // no warm-up: the passes below are the steady ones
     online_budget b(c, p);
     auto pass = [&](std::int32_t rows, std::int32_t threads, double us) {
         step_report r = step_of(rows, us);
@@ -559,23 +562,38 @@ TEST(online_budget, a_process_warm_up_sets_no_estimate_and_only_shapes_measured_
     online_budget b(c, p);
     for (int k = 0; k < 6; ++k) b.observe_step(step_of(1, 300));  // warm-up: 3x the table
     b.observe_step(step_of(1, 100));
-    EXPECT_NEAR(b.step_us(1, 10), 100, 1) << "warm-up passes are in the 1-row estimate";
+    EXPECT_NEAR(b.step_us(1, 10), 100, 1) << "the 1-row estimate must leave the warm-up passes out";
     for (int k = 0; k < 4; ++k) b.observe_step(step_of(1, 100));
     b.observe_step(step_of(2, 110 * 2));  // one 2-row pass, 2x the table (a change of shape after 1-row ones)
     b.observe_step(step_of(4, 130 * 2));
     b.observe_step(step_of(4, 130 * 2));  // 4 rows: two passes
+    for (int k = 0; k < 3; ++k) b.observe_step(step_of(8, 170));  // 8 rows: three
     for (int k = 0; k < 3; ++k) b.observe_step(step_of(1, 100));
     const budget_state st = b.export_state();
-    bool has1 = false, has2 = false, has4 = false;
+    bool has1 = false, has2 = false, has4 = false, has8 = false;
     for (const auto & [rows, ratio] : st.cost_ratio) {
         has1 |= rows == 1;
         has2 |= rows == 2;
         has4 |= rows == 4;
+        has8 |= rows == 8;
         if (rows == 1) EXPECT_NEAR(ratio, 1.0, 0.01) << "the warm-up is not in the persisted 1-row ratio";
     }
     EXPECT_TRUE(has1) << "8 steady 1-row passes";
     EXPECT_FALSE(has2) << "one pass is not an estimate to persist";
     EXPECT_FALSE(has4) << "nor two";
+    EXPECT_TRUE(has8) << "three are";
+
+    // A short process does not erase what a warm start said about a shape it measured less than that.
+    budget_state warm;
+    warm.cost_ratio = {{4, 1.7}};
+    online_budget short_run(c, p, &warm);
+    for (int k = 0; k < 6; ++k) short_run.observe_step(step_of(1, 300));
+    short_run.observe_step(step_of(4, 130));
+    bool kept = false;
+    for (const auto & [rows, ratio] : short_run.export_state().cost_ratio) {
+        if (rows == 4) kept = std::abs(ratio - 1.7) < 1e-9;
+    }
+    EXPECT_TRUE(kept) << "the warm 4-row ratio is persisted again";
 }
 
 TEST(online_budget, decoder_with_worthless_drafts_stays_near_plain) {

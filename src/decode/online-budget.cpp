@@ -50,7 +50,9 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
     if (sane(warm->cost_ratio_all)) ratio_all_ = warm->cost_ratio_all;
     for (const auto & [rows, ratio] : warm->cost_ratio) {
         if (rows >= 1 && rows < k_rows_flat && rows <= params_.n_max + 1 && sane(ratio)) {
-            est_for(rows, 1).add(ratio);
+            cost_est & e = est_for(rows, 1);
+            e.add(ratio);
+            e.warm = ratio;
         }
     }
     // Shape values are tokens over the discount's horizon: at most what the largest step emits, every step.
@@ -734,7 +736,7 @@ void online_budget::observe_step(const step_report & r) {
     // then ~158 us): they say what the process paid, not what a pass of that shape costs. Taken as estimates, and
     // persisted, they priced plain and 2-row passes dear for every later one-shot process, which verified 7-row
     // passes where 3 rows run twice as fast per token.
-    const bool warm_up = n_steps_ <= params_.warm_up_steps;
+    const bool warm_up = cold || n_steps_ <= params_.warm_up_steps;
     if (!warm_up && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
@@ -780,8 +782,9 @@ void online_budget::observe_step(const step_report & r) {
         // always a change): its time less the learned change cost.
         const double steady = same ? t : std::max(0.05 * t, t - change);
         cost_est &   e      = est_for(r.n_rows, r.n_equal);
-        if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = 0;  // long unmeasured: start afresh
+        if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = e.n_measured = 0;  // long unmeasured: afresh
         e.add(steady / base);
+        ++e.n_measured;
         e.at = n_steps_;
         // The shared ratios are what drafting shapes not measured lately fade to: learned from drafting passes only
         // (plain's estimate never fades; while drafting is off, plain passes alone would pull them to plain's ratio,
@@ -831,7 +834,8 @@ void online_budget::observe_step(const step_report & r) {
         const double per = r.t_draft_us / (double) std::max(1, r.n_asked);
         t_draft_node_us_ = t_draft_node_us_ == 0 ? per : 0.9 * t_draft_node_us_ + 0.1 * per;
     }
-    if (r.drafted && r.n_requests > 0) update_gain(r, same);
+    // Not in the warm-up either: plain's side of the gain leaves those passes out, so drafting's must too.
+    if (r.drafted && r.n_requests > 0 && !warm_up) update_gain(r, same);
 }
 
 budget_state online_budget::export_state() const {
@@ -840,8 +844,15 @@ budget_state online_budget::export_state() const {
     s.cost_ratio_all = ratio_all_;
     s.t_draft_us     = t_draft_us_;
     for (std::size_t rows = 1; rows < single_.size(); ++rows) {
-        // Only a median of several passes: a shape tried once or twice (and then avoided) is never measured again.
-        if (single_[rows].n >= k_persist_min) s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
+        // Only a median of several passes this process measured: a shape tried once or twice (and then avoided) is
+        // never measured again. A shape the process measured less keeps what the warm start said (a short run does
+        // not erase what longer ones learned).
+        const cost_est & e = single_[rows];
+        if (e.n_measured >= k_persist_min) {
+            s.cost_ratio.emplace_back((std::int32_t) rows, ratio_of((std::int32_t) rows, 1));
+        } else if (e.warm > 0) {
+            s.cost_ratio.emplace_back((std::int32_t) rows, e.warm);
+        }
     }
     s.t_draft_node_us = t_draft_node_us_;
     s.shape_values    = values_;

@@ -167,6 +167,8 @@ class online_budget final : public budget_policy {
     struct cost_est {
         std::array<double, k_window> ratios{};
         std::size_t                  n = 0;  // ratios recorded (the ring holds the last k_window)
+        std::size_t                  n_measured = 0;  // of them measured by this process (not a warm start's)
+        double                       warm = 0;  // the warm start's ratio (0: none), persisted again until measured
         std::int64_t                 at = 0;
         double                       median = 1.0;  // of the window, kept current by observe_step()
         void   add(double v);  // records a measurement and updates the median
