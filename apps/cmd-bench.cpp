@@ -360,9 +360,8 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--methods", a->methods,
                     "Comma-separated: plain, llama-plain, rest, rest-datastore, rest-context, rest-history, "
                     "rest@N (fixed budget N), ngram-cache, ngram-cache-nostatic, ngram-simple, ngram-mod, ngram-map-k, "
-                    "ngram-map-k4v; each llama.cpp "
-                    "type also as TYPE@N (at most N draft tokens a step, overriding --ngram-draft-max and "
-                    "--llama-draft-max)")
+                    "ngram-map-k4v; each llama.cpp type also as TYPE@N (at most N draft tokens a step, overriding "
+                    "--ngram-draft-max and --llama-draft-max)")
         ->capture_default_str();
     cmd->add_option("--out", a->out, "Output directory")->required();
     cmd->add_option("--label", a->label, "Name of this run in the table's caption");

@@ -117,13 +117,13 @@ def summarize(d):
     for k, m in methods.items():
         rows, M = point(m)
         ratio = ""
+        if llama_type(k) and (best_llama is None or m["speedup_median"] > best_llama[1]):
+            best_llama = (k, m["speedup_median"])
         if llama_type(k) and h:
             r = frontier_at(h, rows) / M
             ratio = f"{r:.2f}"
             if worst is None or r < worst[0]:
                 worst = (r, k)
-            if best_llama is None or m["speedup_median"] > best_llama[1]:
-                best_llama = (k, m["speedup_median"])
         print(f"| {k} | {M:.2f} | {rows:.2f} | {m['speedup_median']:.2f}x [{m['speedup_p25']:.2f}-{m['speedup_p75']:.2f}] "
               f"| {ratio} |")
     print()

@@ -82,6 +82,9 @@ bench() {  # part, label, args...
     "$root/bench/plot.sh" "$out/$part" "$label" 2>>"$log"
 }
 
+# The newest Python standard library on this machine (the code datastores' corpus), or nothing.
+python_lib() { ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1 || true; }
+
 all_methods=plain,llama-plain,rest,rest-datastore,rest-context,rest@2,rest@4,rest@8,rest@16,ngram-cache,ngram-simple,ngram-mod
 # The panel's methods: rest's points and each llama.cpp type at the caps where it can be best.
 panel_methods=plain,rest,rest@1,rest@2,rest@4,rest@8,rest@16
@@ -106,7 +109,7 @@ for part in $parts; do
         ;;
     humaneval)
         m=$(fixture code-qwen2-l4 --vocab qwen2 --layers 4 --type q8_0)
-        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1 || true)
+        pylib=$(python_lib)
         [ -n "$pylib" ] || { say "no /usr/lib/python3.* found; skipping humaneval"; continue; }
         idx=$(index code-qwen2-pystdlib "$m" "$pylib"/*.py)
         bench humaneval "HumanEval, Python stdlib datastore, code-shaped fixture (mechanics)" -m "$m" \
@@ -115,7 +118,9 @@ for part in $parts; do
         ;;
     mtbench)
         m=$(fixture code-qwen2-l4 --vocab qwen2 --layers 4 --type q8_0)
-        idx=$(index code-qwen2-pystdlib "$m" "$(ls -d /usr/lib/python3.[0-9]* | sort -V | tail -1)"/*.py)
+        pylib=$(python_lib)
+        [ -n "$pylib" ] || { say "no /usr/lib/python3.* found; skipping mtbench"; continue; }
+        idx=$(index code-qwen2-pystdlib "$m" "$pylib"/*.py)
         bench mtbench "MT-Bench 2 turns, chat template, code-shaped fixture (mechanics)" -m "$m" --index "$idx" \
             --prompts "$data/prompts/mt_bench_question.jsonl" --field turns --n-prompts "$(n 10 2)" -n 64 \
             --methods plain,llama-plain,rest,rest-context,ngram-cache,ngram-simple
@@ -184,7 +189,7 @@ PY
         ;;
     panel)
         demo="$root/models/pystdlib-demo-f16.gguf"
-        pylib=$(ls -d /usr/lib/python3.[0-9]* 2>/dev/null | sort -V | tail -1 || true)
+        pylib=$(python_lib)
         [ -n "$pylib" ] && [ -f "$demo" ] || { say "no /usr/lib/python3.* or demo model; skipping panel"; continue; }
         m="$data/models/stories260K.gguf"
         idx=$(index stories260K-tinystories-A "$m" --split-paragraphs "$data/corpora/tinystories-A.txt")

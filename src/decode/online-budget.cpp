@@ -763,7 +763,7 @@ void online_budget::observe_step(const step_report & r) {
     const cost_est * known = find_est(r.n_rows, r.n_equal);
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
     if (warm_up) {
-        // (see above)
+        // No estimate from a warm-up pass (see `warm_up` above).
     } else if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
         // A branchy tree: what it took beyond a chain of its rows (and a change of shape), per extra sequence.
         const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + change;
