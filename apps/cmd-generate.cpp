@@ -87,18 +87,24 @@ void run_generate(const generate_args & a) {
         opt.speculate = !a.no_spec;
         opt.sampling  = a.sampling;
         if (!rec.prediction.empty()) opt.prediction = s.tokenize_prediction(rec.prediction);
+        // One prompt is echoed before its continuation, once the first token comes: a prompt the context cannot
+        // hold then gives its error alone, not after the whole prompt (or a binary given as -f) on stdout.
+        bool echo = !a.json && prompts.size() == 1;
+        const auto echo_prompt = [&echo, &rec] {
+            if (echo) std::fputs(rec.turns.front().c_str(), stdout);
+            echo = false;
+        };
         if (!a.json) {
-            opt.on_token = [&tok](rest::token_id t) {
+            opt.on_token = [&tok, &echo_prompt](rest::token_id t) {
+                echo_prompt();
                 const std::string piece = tok.piece(t);
                 std::fwrite(piece.data(), 1, piece.size(), stdout);
                 std::fflush(stdout);
                 return true;
             };
-            if (prompts.size() == 1) {
-                std::fputs(rec.turns.front().c_str(), stdout);
-            }
         }
         run_result r = s.run(tokens, opt);
+        echo_prompt();  // nothing was generated
         if (a.json) {
             // Random or small models can emit partial UTF-8 sequences: replace them rather than fail the dump.
             nlohmann::json j   = stats_json(r, tok);
@@ -133,7 +139,9 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("--prediction-file", a->prediction_file,
                     "Predicted output (text the output is expected to repeat, with edits): drafts from it, output unchanged");
     cmd->add_option("--prediction-field", a->prediction_field, "Dotted field of each JSONL record holding its predicted output");
-    cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (-1: until end of generation)")->capture_default_str();
+    cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (-1: until end of generation)")
+        ->check(CLI::Range(-1, INT32_MAX))
+        ->capture_default_str();
     cmd->add_option("-c,--ctx-size", a->sp.ctx.n_ctx, "Context size (0: model's, capped at 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", a->sp.ctx.n_threads, "CPU threads (0: all)")->capture_default_str();
     cmd->add_option("-b,--batch-size", a->sp.ctx.n_batch, "Most tokens per forward pass")->capture_default_str();

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -12,8 +13,15 @@ namespace {
 
 // A whole file (through gzip -dc for .gz); `what` names it in errors.
 std::string read_all(const std::string & path, const std::string & what) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        throw rest::user_error(what + " '" + path + "' is a directory");  // an ifstream reads one as empty
+    }
     if (path.ends_with(".gz")) {
-        std::FILE * p = popen(("gzip -dc '" + path + "' 2>/dev/null").c_str(), "r");
+        std::string quoted = "'";  // for the shell: each ' closes the quote, adds an escaped one and reopens
+        for (char c : path) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+        quoted += "'";
+        std::FILE * p = popen(("gzip -dc " + quoted + " 2>/dev/null").c_str(), "r");
         if (!p) {
             throw rest::user_error("cannot run gzip to read '" + path + "'");
         }

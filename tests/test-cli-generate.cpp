@@ -7,7 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 namespace fs = std::filesystem;
 using rest_test::run_cli;
@@ -45,6 +48,67 @@ TEST_F(generate_cli, bad_model_files_fail_cleanly) {
     EXPECT_TRUE(r.one_line_error()) << r.err;
 }
 
+// The byte offset just past `key`'s name in a GGUF file's metadata (the value's type follows), or npos.
+std::size_t after_key(const std::string & bytes, const std::string & key) {
+    const std::size_t at = bytes.find(key);
+    return at == std::string::npos ? at : at + key.size();
+}
+
+// Metadata llama.cpp aborts on (exit 134) instead of refusing: a vocabulary whose token text repeats (one flipped
+// byte does it) and a layer count of 0. Each is a one-line error before llama.cpp sees the file.
+TEST_F(generate_cli, corrupt_model_metadata_fails_cleanly) {
+    std::ifstream     in(model_, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // tokenizer.ggml.tokens: u32 array type, u32 string type, u64 count, then (u64 length, text) per token.
+    std::size_t at = after_key(bytes, "tokenizer.ggml.tokens");
+    ASSERT_NE(at, std::string::npos);
+    at += 4 + 4 + 8;
+    std::map<std::uint64_t, std::size_t> first_of_length;  // a token text's length -> where the first such starts
+    std::string dup = bytes;
+    for (int i = 0; i < 5000 && at + 8 <= bytes.size(); ++i) {
+        std::uint64_t len = 0;
+        std::memcpy(&len, bytes.data() + at, 8);
+        ASSERT_LT(len, 1000u);
+        const auto [it, fresh] = first_of_length.emplace(len, at + 8);
+        if (!fresh && len >= 2 && bytes.compare(at + 8, len, bytes, it->second, len) != 0) {
+            dup.replace(at + 8, len, bytes, it->second, len);  // this token's text becomes an earlier one's
+            break;
+        }
+        at += 8 + len;
+    }
+    ASSERT_NE(dup, bytes);
+    std::string no_layers = bytes;
+    const std::size_t blocks = after_key(bytes, ".block_count");
+    ASSERT_NE(blocks, std::string::npos);
+    std::memset(no_layers.data() + blocks + 4, 0, 4);  // after the u32 type, the u32 value
+    for (const auto & [name, content] : {std::pair{"dup-token.gguf", dup}, std::pair{"no-layers.gguf", no_layers}}) {
+        const std::string path = dir_ + "/" + name;
+        std::ofstream(path, std::ios::binary) << content;
+        const auto r = run("generate -m " + shell_quote(path) + " -p hi -n 4");
+        EXPECT_TRUE(r.one_line_error()) << name << ": code " << r.code << " stderr: " << r.err;
+        const auto b = run("index build -m " + shell_quote(path) + " -o " + shell_quote(dir_ + "/x.idx") + " " +
+                           shell_quote(path));
+        EXPECT_TRUE(b.one_line_error()) << name << ": code " << b.code << " stderr: " << b.err;
+    }
+}
+
+// A model whose context is 128 positions (stories260K's): llama.cpp rounds the context up to 256, but capped its
+// batch at the 128 asked, and asserted (an abort) on a longer prompt chunk or a verify pass of 129 rows or more.
+TEST_F(generate_cli, a_short_context_model_takes_prompts_and_passes_past_its_trained_length) {
+    rest::fixture_params p;
+    p.n_ctx = 128;
+    const std::string model = rest_test::fixture_model(p);
+    std::string       prompt;
+    for (int i = 0; i < 55; ++i) prompt += "one two three ";  // ~170 tokens: past 128, inside 256
+    const std::string base = "generate -m " + shell_quote(model) + " -p " + shell_quote(prompt) + " -n 24 --json -t 1";
+    const auto plain = run(base + " --no-spec");
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    EXPECT_GT(nlohmann::json::parse(plain.out)["prompt_tokens"].size(), 128u);
+    const auto spec = run(base + " --draft-fixed 200");  // the prompt repeats: the context drafts long chains
+    ASSERT_EQ(spec.code, 0) << spec.err;
+    EXPECT_EQ(nlohmann::json::parse(spec.out)["tokens"], nlohmann::json::parse(plain.out)["tokens"]);
+}
+
 TEST_F(generate_cli, bad_arguments_fail_cleanly) {
     EXPECT_TRUE(run("generate -m " + shell_quote(model_) + " -n 4").one_line_error());                 // no prompt
     EXPECT_TRUE(run("generate -m " + shell_quote(model_) + " -p hi -f x -n 4").one_line_error());      // both
@@ -53,6 +117,20 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
     const auto r = run("generate -m " + shell_quote(model_) + " -p hi -n notanumber");
     EXPECT_FALSE(r.signaled);
     EXPECT_NE(r.code, 0);
+    // Values no sampler or context can use: refused, not run (a NaN temperature sampled junk, a context of a
+    // billion positions grew by 330 MB/s), and a directory is not a prompt file.
+    for (const char * bad : {"--temp nan", "--temp 1 --top-p 0", "--min-p 2", "--repeat-penalty 0", "-t -1", "-b 0",
+                             "-c -5", "-c 1000000000"}) {
+        const auto b = run("generate -m " + shell_quote(model_) + " -p hi -n 4 " + bad);
+        EXPECT_TRUE(b.one_line_error()) << bad << ": code " << b.code << " stderr: " << b.err;
+    }
+    EXPECT_TRUE(run("generate -m " + shell_quote(model_) + " -f " + shell_quote(dir_) + " -n 4").one_line_error());
+    // A prompt the context cannot hold is an error alone: nothing of it on stdout first.
+    std::string long_prompt;
+    for (int i = 0; i < 800; ++i) long_prompt += "word ";
+    const auto l = run("generate -m " + shell_quote(model_) + " -c 256 -p " + shell_quote(long_prompt) + " -n 4");
+    EXPECT_TRUE(l.one_line_error()) << l.err;
+    EXPECT_EQ(l.out, "");
 }
 
 // llama.cpp's spellings (apps/llama-args.h): every rewritten name exists on the commands the table says, and

@@ -105,6 +105,21 @@ TEST_F(index_cli, missing_input) {
     EXPECT_FALSE(fs::exists(dir_ + "/x.idx"));
 }
 
+// An output that is also an input would be overwritten by the index: refused, the input kept as it was. So is a
+// --shard-tokens so small that each shard's first-token table outweighs its text.
+TEST_F(index_cli, an_input_given_as_the_output_is_refused) {
+    const std::string txt = write("in.txt", "some text to keep\n");
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(txt) + " " + shell_quote(txt)),
+                          {"also an input"});
+    std::ifstream in(txt);
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "some text to keep\n");
+    const auto r = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/x.idx") +
+                       " --shard-tokens 1 " + shell_quote(txt));
+    EXPECT_FALSE(r.signaled);
+    EXPECT_NE(r.code, 0) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ + "/x.idx"));
+}
+
 TEST_F(index_cli, missing_model) {
     const std::string txt = write("a.txt", "text");
     expect_one_line_error(run("index build -m " + shell_quote(dir_ + "/no-model.gguf") + " -o " + shell_quote(dir_ + "/x.idx") +

@@ -25,6 +25,10 @@ struct sampler_params {
     bool greedy() const { return temp <= 0.0f; }
 };
 
+// Throws user_error naming the first value no sampler can use (NaN, a non-positive top-p or repeat penalty, ...).
+// model::new_sampler() checks its parameters so.
+void check_sampler_params(const sampler_params & p);
+
 class token_sampler {
   public:
     virtual ~token_sampler() = default;

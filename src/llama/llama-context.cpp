@@ -58,6 +58,9 @@ ggml_type kv_cache_type(const std::string & name) {
     throw user_error("unknown KV cache type '" + name + "' (f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
 }
 
+// Asked for more, llama.cpp tries to allocate it (a billion positions of stories260K grew by 330 MB/s for a minute).
+constexpr std::int32_t k_n_ctx_max = 1 << 24;
+
 }  // namespace
 
 llama_target::llama_target(llama_model * model, const context_params & params, hints h) {
@@ -67,7 +70,20 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     }
     llama_context_params cp = llama_context_default_params();
     const int32_t n_ctx_train = llama_model_n_ctx_train(model);
+    if (params.n_threads < 0 || params.n_batch < 1 || params.n_ctx < 0) {
+        throw user_error("threads (" + std::to_string(params.n_threads) + ", 0: all), batch size (" +
+                         std::to_string(params.n_batch) + ") and context size (" + std::to_string(params.n_ctx) +
+                         ", 0: the model's) must not be negative; the batch size must be at least 1");
+    }
+    if (params.n_ctx > k_n_ctx_max) {
+        throw user_error("a context of " + std::to_string(params.n_ctx) + " positions is more than any model holds (at most " +
+                         std::to_string(k_n_ctx_max) + ")");
+    }
     int32_t       n_ctx       = params.n_ctx > 0 ? params.n_ctx : std::min(n_ctx_train, 4096) * n_slots_;
+    // llama.cpp rounds the context up to a multiple of 256 after it has capped n_batch at the size asked for: a
+    // context asked at the model's 128 positions (stories260K) holds 256, but llama_decode asserted (an abort) on
+    // any prompt chunk over 128. Asked rounded, the context is the same and n_batch is what we ask.
+    n_ctx         = (n_ctx + 255) / 256 * 256;
     cp.n_ctx      = n_ctx;
     n_batch_      = std::max(params.n_batch, 64);
     cp.n_batch    = n_batch_;
@@ -101,6 +117,8 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     if (!ctx_) {
         throw user_error("cannot create a llama.cpp context (n_ctx " + std::to_string(n_ctx) + "): " + llama_last_error());
     }
+    // Whatever a llama.cpp build does with the sizes asked, a pass must fit the batch it has (it asserts otherwise).
+    n_batch_    = std::min<int32_t>(n_batch_, (int32_t) llama_n_batch(ctx_.get()));
     mem_        = llama_get_memory(ctx_.get());
     n_vocab_    = llama_vocab_n_tokens(llama_model_get_vocab(model));
     n_ctx_slot_ = (int32_t) llama_n_ctx(ctx_.get()) / n_slots_;

@@ -63,6 +63,7 @@ class llama_loaded_model final : public model {
     }
 
     std::unique_ptr<token_sampler> new_sampler(const sampler_params & params) const override {
+        check_sampler_params(params);  // greedy too: a value no sampler can use is a mistake whichever runs
         if (params.greedy()) {
             return std::make_unique<greedy_sampler>();
         }

@@ -3,10 +3,16 @@
 #include "log.h"  // llama.cpp's common/log.h
 #include "rest/llama-model.h"
 
+#include <gguf.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <string_view>
+#include <unordered_set>
 
 namespace rest {
 
@@ -26,6 +32,45 @@ void log_callback(ggml_log_level level, const char * text, void *) {
     }
     if (g_verbose) {
         std::fputs(text, stderr);
+    }
+}
+
+// Metadata that llama.cpp asserts on (an abort, exit 134) where it should refuse the file, checked before it loads
+// the model: a token string given twice (one flipped byte in the vocabulary does it) and a layer count outside
+// [1, 512]. gguf_init_from_file itself returns null on a malformed header or metadata.
+void check_gguf_metadata(const std::string & path) {
+    gguf_init_params gp{};
+    gp.no_alloc = true;
+    gp.ctx      = nullptr;
+    std::unique_ptr<gguf_context, void (*)(gguf_context *)> g(gguf_init_from_file(path.c_str(), gp), gguf_free);
+    if (!g) {
+        throw user_error("'" + path + "' is not a valid GGUF model: its header or metadata is corrupt");
+    }
+    const std::int64_t tokens = gguf_find_key(g.get(), "tokenizer.ggml.tokens");
+    if (tokens >= 0 && gguf_get_kv_type(g.get(), tokens) == GGUF_TYPE_ARRAY &&
+        gguf_get_arr_type(g.get(), tokens) == GGUF_TYPE_STRING) {
+        const std::size_t                    n = gguf_get_arr_n(g.get(), tokens);
+        std::unordered_set<std::string_view> seen;
+        seen.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::string_view t = gguf_get_arr_str(g.get(), tokens, i);
+            if (!t.empty() && !seen.insert(t).second) {  // llama.cpp renames empty ones
+                throw user_error("'" + path + "' has a corrupt vocabulary: token " + std::to_string(i) +
+                                 " repeats an earlier token's text");
+            }
+        }
+    }
+    const std::int64_t arch = gguf_find_key(g.get(), "general.architecture");
+    if (arch >= 0 && gguf_get_kv_type(g.get(), arch) == GGUF_TYPE_STRING) {
+        const std::string  key    = std::string(gguf_get_val_str(g.get(), arch)) + ".block_count";
+        const std::int64_t blocks = gguf_find_key(g.get(), key.c_str());
+        if (blocks >= 0 && gguf_get_kv_type(g.get(), blocks) == GGUF_TYPE_UINT32) {
+            const std::uint32_t n = gguf_get_val_u32(g.get(), blocks);
+            if (n < 1 || n > 512) {
+                throw user_error("'" + path + "' is corrupt: " + key + " is " + std::to_string(n) +
+                                 " (llama.cpp loads 1 to 512 layers)");
+            }
+        }
     }
 }
 
@@ -71,6 +116,7 @@ void llama_check_gguf_file(const std::string & path) {
     if (size < 64) {
         throw user_error("'" + path + "' is truncated (" + std::to_string(size) + " bytes)");
     }
+    check_gguf_metadata(path);
 }
 
 }  // namespace rest
