@@ -551,6 +551,17 @@ TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
     // Bodies beyond the limit (8 MiB) are refused before they are parsed.
     const http_reply big = api().post("/v1/completions", std::string(9u << 20, ' '));
     EXPECT_EQ(big.status, 413) << big.body.substr(0, 200);
+    // A compressed body is refused before it is read: the limit holds for the bytes received, and a small gzip can
+    // inflate to any size (cpp-httplib's client gzips this one). A valid request, so that inflating it would pass.
+    {
+        httplib::Client cli("127.0.0.1", srv_->port());
+        cli.set_compress(true);
+        const httplib::Headers h{{"Authorization", "Bearer " + std::string(k_key)}};
+        const auto r = cli.Post("/v1/completions", h, R"({"prompt": "Once", "max_tokens": 1})", "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 415) << r->body;
+        EXPECT_NE(r->body.find("Content-Encoding"), std::string::npos) << r->body;
+    }
     // The server is still healthy, with no slot held.
     const http_reply h = client(srv_->port()).get("/health");
     EXPECT_EQ(h.status, 200);

@@ -151,6 +151,91 @@ TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
               200);
 }
 
+// Fields of OpenAI's API and llama-server's that the server does not implement (apps/server/foreign-fields.h): a
+// client's bookkeeping and llama.cpp web UI's sampler settings at their defaults pass, anything that would change
+// the output is refused naming the field, and a field neither API has stays unrecognized.
+TEST(ServerRequest, ForeignFieldsPassOnlyWhereTheyChangeNothing) {
+    const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+    const std::string done = "}";
+    EXPECT_EQ(status_of(chat + R"("store": false, "metadata": {"k": "v"}, "service_tier": "auto",
+                                  "prompt_cache_key": "a", "safety_identifier": "b", "reasoning_effort": "low",
+                                  "verbosity": "low", "modalities": ["text"], "audio": null)" + done,
+                        api_kind::chat),
+              200);
+    // llama.cpp's web UI sends these on every request.
+    const std::string webui = R"("samplers": "edskypmxt", "dynatemp_range": 0, "dynatemp_exponent": 1,
+        "typical_p": 1, "xtc_probability": 0, "xtc_threshold": 0.1, "dry_multiplier": 0, "dry_base": 1.75,
+        "dry_allowed_length": 2, "dry_penalty_last_n": -1, "timings_per_token": false, "id_slot": -1,
+        "n_probs": 0, "min_keep": 0, "mirostat": 0, "mirostat_tau": 5, "mirostat_eta": 0.1, "top_n_sigma": -1,
+        "ignore_eos": false, "grammar": "", "json_schema": {}, "lora": [], "n_keep": 0)";
+    std::string why;
+    EXPECT_EQ(status_of(chat + webui + done, api_kind::chat, &why), 200) << why;
+    EXPECT_EQ(status_of(R"({"prompt": "x", )" + webui + R"(, "response_format": {"type": "text"}})", api_kind::completion),
+              200);
+    EXPECT_EQ(status_of(chat + R"("samplers": ["penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "temperature"]})",
+                        api_kind::chat),
+              200);
+    const std::vector<std::pair<std::string, std::string>> refused = {
+        {R"("mirostat": 2)", "mirostat"},
+        {R"("typical_p": 0.5)", "typical_p"},
+        {R"("dry_multiplier": 0.8)", "dry_multiplier"},
+        {R"("xtc_probability": 0.5)", "xtc_probability"},
+        {R"("top_n_sigma": 1)", "top_n_sigma"},
+        {R"("ignore_eos": true)", "ignore_eos"},
+        {R"("grammar": "root ::= [a]")", "grammar"},
+        {R"("json_schema": {"type": "object"})", "json_schema"},
+        {R"("n_probs": 3)", "n_probs"},
+        {R"("samplers": "tkpm")", "samplers"},          // temperature first: another order than this server's
+        {R"("samplers": ["top_k", "top_p"])", "samplers"},  // leaves out samplers this server runs
+        {R"("modalities": ["text", "audio"])", "modalities"},
+        {R"("chat_template_kwargs": {"enable_thinking": false})", "chat_template_kwargs"},
+        {R"("web_search_options": {})", "web_search_options"},
+    };
+    for (const auto & [field, name] : refused) {
+        std::string param;
+        EXPECT_EQ(status_of(chat + field + done, api_kind::chat, &param), 400) << field;
+        EXPECT_EQ(param, name) << field;
+    }
+    std::string param;
+    EXPECT_EQ(status_of(chat + R"("frobnicate": 1})", api_kind::chat, &param), 400);
+    EXPECT_EQ(param, "frobnicate");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "chat_template_kwargs": {}})", api_kind::completion, &param), 400)
+        << "a chat-only field on /v1/completions";
+}
+
+// Nesting deeper than any request of these APIs has is refused before it is parsed (an 8 MB body of nested arrays
+// took 300 MB to parse); strings are not counted. `metadata` takes any value, so only the depth can refuse these.
+TEST(ServerRequest, DeepNestingIsRefusedBeforeParsing) {
+    EXPECT_EQ(json_depth(R"({"a": "[[[[\"{{", "b": [[1], {"c": {}}]})", 100), 4);
+    auto nested = [](int n) {
+        return R"({"prompt": "x", "metadata": )" + std::string(n, '[') + std::string(n, ']') + "}";
+    };
+    EXPECT_EQ(status_of(nested(60), api_kind::completion), 200);
+    EXPECT_EQ(status_of(nested(65), api_kind::completion), 400);
+    EXPECT_EQ(status_of(nested(4000000), api_kind::completion), 400);
+}
+
+// llama-server's n_predict is max_tokens (read first, as llama-server does; -1: no limit), and a user or system
+// message needs its content where an assistant's may go without.
+TEST(ServerRequest, NPredictAndMessageContent) {
+    EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "n_predict": 7})", api_kind::completion).max_tokens, 7);
+    EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "max_tokens": 3, "n_predict": 9})", api_kind::completion)
+                  .max_tokens,
+              9);
+    EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "n_predict": -1})", api_kind::completion).max_tokens, -1);
+    std::string param;
+    EXPECT_EQ(status_of(R"({"prompt": "x", "n_predict": 0})", api_kind::completion, &param), 400);
+    EXPECT_EQ(param, "n_predict");
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "user"}]})", api_kind::chat, &param), 400);
+    EXPECT_EQ(param, "messages[0].content");
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "system", "content": null}]})", api_kind::chat, &param), 400);
+    EXPECT_EQ(param, "messages[0].content");
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null},
+                                         {"role": "user", "content": "b"}]})",
+                        api_kind::chat),
+              200);
+}
+
 TEST(ServerTextStream, StopStringsAndUtf8MatchTheNaiveReference) {
     // Pieces from a small alphabet, with multi-byte characters sometimes split across pieces (byte tokens).
     const std::vector<std::string> atoms = {"a", "b", "ab", "ba", " ", "\n", "é", "\xE2\x82\xAC" /* € */, "\xF0\x9F\x98\x80"};

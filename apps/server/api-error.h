@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -23,8 +24,34 @@ inline api_error bad_request(std::string message, std::string param = "", std::s
     return api_error(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
 }
 
-// Parses a request body as JSON; malformed JSON is a 400 naming the parser's complaint.
+// The deepest nesting of arrays and objects in a JSON text (strings skipped), counted up to limit + 1.
+inline int json_depth(const std::string & text, int limit) {
+    int  depth = 0, most = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size() && most <= limit; ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            most = std::max(most, ++depth);
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return most;
+}
+
+// Parses a request body as JSON; malformed JSON is a 400 naming the parser's complaint. So is nesting deeper than
+// any request of these APIs has: parsed, an 8 MB body of 4M nested arrays took 300 MB.
 inline nlohmann::json parse_json_body(const std::string & body_text) {
+    constexpr int k_depth_max = 64;
+    if (json_depth(body_text, k_depth_max) > k_depth_max) {
+        throw bad_request("the request body nests arrays or objects more than " + std::to_string(k_depth_max) +
+                          " deep");
+    }
     try {
         return nlohmann::json::parse(body_text);
     } catch (const nlohmann::json::exception & e) {

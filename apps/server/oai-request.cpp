@@ -1,6 +1,7 @@
 #include "oai-request.h"
 
 #include "api-error.h"
+#include "foreign-fields.h"
 
 #include <nlohmann/json.hpp>
 
@@ -209,9 +210,15 @@ std::string text_content(const json & v, const std::string & field) {
     return text;
 }
 
-std::string message_content(const json & msg, size_t i) {
+std::string message_content(const json & msg, const std::string & role, size_t i) {
     const auto it = msg.find("content");
     if (it == msg.end() || it->is_null()) {
+        // Only an assistant's message may go without (OpenAI's: one that made tool calls); a user's or system's
+        // without content is a malformed request, which OpenAI and llama-server refuse.
+        if (role != "assistant") {
+            throw bad_request("'messages[" + std::to_string(i) + "].content' is required for a " + role + " message",
+                              "messages[" + std::to_string(i) + "].content");
+        }
         return "";
     }
     return text_content(*it, "messages[" + std::to_string(i) + "].content");
@@ -282,7 +289,7 @@ void parse_messages(const json & body, completion_spec & spec) {
         if (r == "developer") {
             r = "system";  // OpenAI's newer name for system instructions; templates know only "system"
         }
-        spec.messages.push_back({r, message_content(msg, i)});
+        spec.messages.push_back({r, message_content(msg, r, i)});
     }
 }
 
@@ -297,17 +304,19 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
         "stream_options", "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n", "user",
-        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens", "cache_prompt", "corpus"};
+        "logit_bias", "logprobs", "prediction", "speculate", "draft_max", "return_tokens", "cache_prompt", "corpus",
+        "n_predict"};
     static const std::set<std::string> completion_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {
         "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
         "parallel_tool_calls", "functions", "function_call"};
     const auto & own = kind == api_kind::chat ? chat_only : completion_only;
     for (const auto & [k, _] : body.items()) {
-        if (!common.count(k) && !own.count(k)) {
+        if (!common.count(k) && !own.count(k) && !is_foreign_field(k, kind)) {
             throw bad_request("Unrecognized request argument supplied: " + k, k, "unrecognized_argument");
         }
     }
+    check_foreign_fields(body, kind);
 
     completion_spec spec;
     spec.kind = kind;
@@ -327,6 +336,13 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     spec.max_tokens = (std::int32_t) get_int(body, "max_tokens", -1, 1, int_max);
     if (kind == api_kind::chat && find(body, "max_completion_tokens")) {
         spec.max_tokens = (std::int32_t) get_int(body, "max_completion_tokens", -1, 1, int_max);
+    }
+    // llama-server's name for it, which llama-server reads first; -1 there means no limit, as an absent max_tokens.
+    if (find(body, "n_predict")) {
+        spec.max_tokens = (std::int32_t) get_int(body, "n_predict", -1, -1, int_max);
+        if (spec.max_tokens == 0) {
+            throw bad_request("'n_predict' must be -1 (no limit) or positive, got 0", "n_predict");
+        }
     }
     if (get_int(body, "n", 1, 1, int_max) != 1) {
         throw bad_request("'n' must be 1: this server returns one choice per request", "n", "unsupported_parameter");

@@ -1,8 +1,9 @@
 // OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed and validated into a completion_spec.
 //
 // Validation needs no model: it checks JSON syntax, types, ranges, and refuses what this server cannot honour
-// (n > 1, echo, tools, ...) instead of silently ignoring it. Unknown top-level fields are refused as OpenAI
-// does ("Unrecognized request argument supplied"). Model-dependent checks (prompt length vs context, token ids
+// (n > 1, echo, tools, ...) instead of silently ignoring it. Fields of OpenAI's or llama-server's that rest does not
+// implement pass only at values that change nothing (foreign-fields.h); other unknown top-level fields are refused as
+// OpenAI does ("Unrecognized request argument supplied"). Model-dependent checks (prompt length vs context, token ids
 // vs vocabulary) happen when the prompt is tokenized (server-prompt.h).
 #pragma once
 

@@ -8,6 +8,7 @@ add_library(rest-server STATIC
     ${CMAKE_CURRENT_LIST_DIR}/conn-probe.cpp
     ${CMAKE_CURRENT_LIST_DIR}/corpora.cpp
     ${CMAKE_CURRENT_LIST_DIR}/engine.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/foreign-fields.cpp
     ${CMAKE_CURRENT_LIST_DIR}/history-persist.cpp
     ${CMAKE_CURRENT_LIST_DIR}/http-util.cpp
     ${CMAKE_CURRENT_LIST_DIR}/job.cpp
