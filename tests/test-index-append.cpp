@@ -237,3 +237,32 @@ TEST(index_append, a_foreign_or_corrupt_base_is_refused) {
 }
 
 }  // namespace
+
+// A store grown by many small appends that merge their trailing shards (the server's named corpora): shard sizes
+// stay geometric, so the shard count grows like log2 of the tokens where plain appends add a shard per call, and
+// every lookup still answers as the naive scan over all documents in order.
+TEST(index_append, merging_appends_keep_few_shards_and_every_answer) {
+    const std::string path = tmp_path("merging.idx");
+    std::filesystem::remove(path);
+    const docs_t      docs = some_docs(300, 11, 12);
+    std::size_t       most = 0;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+        const auto info = rest::append_merging(path, std::span(&docs[i], 1), synthetic(12));
+        EXPECT_EQ(info.n_documents, i + 1);
+        most = std::max(most, info.n_shards);
+    }
+    const auto ds = rest::datastore::open(path, 0xABCDEF);
+    ds->verify();
+    std::uint64_t tokens = 0;
+    for (const auto & d : docs) tokens += d.size();
+    EXPECT_EQ(ds->info().n_tokens, tokens);
+    // Each shard holds more than twice what follows it: log2(300 docs x ~30 tokens / ~30) + 1 ~ 9.
+    EXPECT_LE(most, 10u) << "plain appends would have made 300 shards";
+    expect_lookups_match(*ds, docs, 9);
+    // A merge that re-sorts the whole store (every shard merged) gives the same answers too.
+    const docs_t big = some_docs(400, 12, 12);
+    docs_t       all = docs;
+    all.insert(all.end(), big.begin(), big.end());
+    EXPECT_EQ(rest::append_merging(path, big, synthetic(12)).n_shards, 1u);
+    expect_lookups_match(*rest::datastore::open(path, 0xABCDEF), all, 10);
+}

@@ -3,7 +3,12 @@
 // without ../shared/data), with the online store off so that only the corpora can draft past the prompt.
 #include "test-server-util.h"
 
+#include "rest/datastore.h"
+
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 
 using json = nlohmann::json;
 using namespace rest_test;
@@ -81,14 +86,31 @@ TEST(ServerCorpora, RequestsDraftOnlyFromTheirCorporaWhichSurviveARestart) {
         // Generated text never goes into a corpus.
         for (int i = 0; i < 5; ++i) complete(c, {{"prompt", "The little dog " + std::to_string(i)}});
         EXPECT_EQ(corpora(c)["alpha"]["n_documents"], 1);
+        // A corpus grown one document a request keeps few shards (each POST used to add one, and every lookup
+        // searched each): the small trailing ones merge as it grows.
+        for (int i = 0; i < 40; ++i) {
+            const http_reply g = c.post("/v1/corpora", json{{"name", "gamma"}, {"text", "Story " + std::to_string(i) +
+                                                                                       " of a cat who sat."}});
+            ASSERT_EQ(g.status, 200) << g.body;
+        }
+        EXPECT_EQ(corpora(c)["gamma"]["n_documents"], 40);
+        EXPECT_LE(rest::datastore::open(dir + "/gamma.idx")->info().n_shards, 7u);
         srv.signal(SIGTERM);
         ASSERT_EQ(srv.wait_exit(60), 0) << srv.log_tail();
     }
     EXPECT_TRUE(fs::exists(dir + "/alpha.idx"));
+    // Temp copies a killed server left mid-write are removed at start (no process has that id); a live process's
+    // (another server sharing the directory) are kept.
+    const std::string stale = dir + "/alpha.idx.tmp.999999999", live = dir + "/alpha.idx.tmp." + std::to_string(::getpid());
+    std::ofstream(stale) << "partial";
+    std::ofstream(live) << "partial";
     server_process srv;
     ASSERT_EQ(srv.start(serve_args(model, dir), tmp_dir() + "/server-corpora-2.log"), "");
     const client c(srv.port());
     const json   listed = corpora(c);
+    EXPECT_FALSE(fs::exists(stale));
+    EXPECT_TRUE(fs::exists(live));
+    fs::remove(live);
     EXPECT_EQ(listed["alpha"]["n_documents"], 1) << listed.dump();
     EXPECT_EQ(listed["beta"]["n_documents"], 3) << listed.dump();
     const json again = complete(c, {{"corpus", "alpha"}});

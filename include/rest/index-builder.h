@@ -44,6 +44,8 @@ struct index_builder_params {
     // and copied byte for byte; new documents go into new shards after them. Its tokenizer must be the builder's
     // (user_error otherwise). "" builds a new datastore.
     std::string       base;
+    // Append: only the base's first this many shards are copied (append_merging() re-adds the others' documents).
+    std::size_t       base_shards = SIZE_MAX;
 };
 
 // Streams tokenized documents into a datastore file. Tokens are kept in memory one shard at a time: when the next
@@ -77,6 +79,14 @@ class index_builder {
 // reach), rewriting `path` atomically: fewer shards, fewer searches per lookup. Documents and their order are kept;
 // one that an earlier build split across shards stays split. Returns the new file's info.
 datastore_info compact_datastore(const std::string & path, const index_builder_params & params = {});
+
+// Appends documents to the datastore at `path` (built when there is none), atomically, merging its smaller trailing
+// shards with them into new ones: from the end, a shard is merged while it holds at most twice the tokens merged
+// after it. Shard sizes then stay geometric, so a store grown by many small appends (the server's named corpora, one
+// document per request) keeps about log2(tokens) shards, where plain appends would add one per call and every
+// lookup searches each; each token is re-sorted O(log) times over all appends. params.base is ignored.
+datastore_info append_merging(const std::string & path, std::span<const std::vector<token_id>> documents,
+                              const tokenizer_identity & tok, const index_builder_params & params = {});
 
 // The temp file a build of `path` writes in this process (path + ".tmp." + pid), so a front end's signal handler
 // can remove it when the build is interrupted.

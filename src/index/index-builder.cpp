@@ -17,6 +17,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
@@ -119,8 +120,10 @@ struct index_builder::impl {
         if (XXH3_64bits(map.data() + hd.table_offset, table_bytes) != hd.table_checksum) {
             changed("shard table");
         }
-        const std::vector<fmt::shard_entry> table =
+        std::vector<fmt::shard_entry> table =
             fmt::decode_shard_table(map.data() + hd.table_offset, hd.version, hd.n_shards);
+        const bool whole = params.base_shards >= table.size();
+        table.resize(std::min(table.size(), params.base_shards));
         const std::uint64_t bucket_bytes = fmt::n_buckets_for(tok.n_vocab) * 4;
         const auto copy = [&](const char * what, std::uint64_t off, std::uint64_t bytes, std::uint64_t sum) {
             if (!in_map(off, bytes)) changed(std::string(what) + " out of the file");
@@ -144,9 +147,15 @@ struct index_builder::impl {
             }
             shards.push_back(e);
             progress(build_phase::write, shards.size(), table.size());
+            if (!whole) {  // the header's totals count every shard
+                n_documents += e.n_documents;
+                n_tokens += e.n_sa;
+            }
         }
-        n_documents = hd.n_documents;
-        n_tokens    = hd.n_tokens;
+        if (whole) {
+            n_documents = hd.n_documents;
+            n_tokens    = hd.n_tokens;
+        }
     }
 
     // Appends bytes at the current end; returns their xxh3. Each chunk's pages leave this process once copied (p
@@ -426,25 +435,57 @@ void write_datastore(const std::string & path, std::span<const std::vector<token
     b.finish();
 }
 
+namespace {
+
+// Adds a shard's documents, in order, to b.
+void add_documents_of(const index_shard & s, index_builder & b) {
+    std::vector<token_id> doc;
+    for (std::uint64_t pos = 0; pos <= s.n_tokens(); ++pos) {
+        const token_id t = s.token_at(pos);  // k_doc_end at a separator and past the end
+        if (t != k_doc_end) {
+            doc.push_back(t);
+        } else if (!doc.empty()) {
+            b.add_document(doc);
+            doc.clear();
+        }
+    }
+}
+
+}  // namespace
+
 datastore_info compact_datastore(const std::string & path, const index_builder_params & params) {
     const auto ds = datastore::open(path, 0, "", datastore::access::one_pass);
     ds->verify();  // the documents are read back from it
     const auto & in = ds->info();
     index_builder_params p = params;
     p.base.clear();
-    index_builder         b(path, {in.tokenizer_fingerprint, in.tokenizer_description, (std::int32_t) in.n_vocab}, p);
-    std::vector<token_id> doc;
-    for (const index_shard & s : ds->shards()) {
-        for (std::uint64_t pos = 0; pos <= s.n_tokens(); ++pos) {
-            const token_id t = s.token_at(pos);  // k_doc_end at a separator and past the end
-            if (t != k_doc_end) {
-                doc.push_back(t);
-            } else if (!doc.empty()) {
-                b.add_document(doc);
-                doc.clear();
-            }
-        }
+    index_builder b(path, {in.tokenizer_fingerprint, in.tokenizer_description, (std::int32_t) in.n_vocab}, p);
+    for (const index_shard & s : ds->shards()) add_documents_of(s, b);
+    return b.finish();
+}
+
+datastore_info append_merging(const std::string & path, std::span<const std::vector<token_id>> documents,
+                              const tokenizer_identity & tok, const index_builder_params & params) {
+    index_builder_params p = params;
+    p.base.clear();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+        index_builder b(path, tok, p);
+        for (const auto & d : documents) b.add_document(d);
+        return b.finish();
     }
+    const auto ds = datastore::open(path, tok.fingerprint, tok.description, datastore::access::one_pass);
+    ds->verify();  // the merged shards' documents are read back from it (the copied ones are checked as copied)
+    std::uint64_t merged = 0;
+    for (const auto & d : documents) merged += d.size();
+    const auto & shards = ds->shards();
+    std::size_t  keep   = shards.size();
+    while (keep > 0 && shards[keep - 1].n_tokens() <= 2 * merged) merged += shards[--keep].n_tokens();
+    p.base        = path;
+    p.base_shards = keep;
+    index_builder b(path, tok, p);
+    for (std::size_t i = keep; i < shards.size(); ++i) add_documents_of(shards[i], b);
+    for (const auto & d : documents) b.add_document(d);
     return b.finish();
 }
 
