@@ -282,7 +282,14 @@ void run_bench(const bench_args & a) {
     const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const auto   load_end = loadavg();
     const int    n_run    = (int) cases.size() - n_skipped;
-    if (n_skipped) notes.push_back(std::to_string(n_skipped) + " prompt(s) did not fit the context and were skipped");
+    if (n_skipped) {
+        notes.push_back(std::to_string(n_skipped) + " prompt(s) did not fit the context and were skipped");
+        std::fprintf(stderr, "rest bench: warning: %s\n", notes.back().c_str());
+    }
+    if (n_run <= 0) {
+        throw rest::user_error("no prompt fits the context (" + std::to_string(n_skipped) +
+                               " skipped): nothing was measured");
+    }
 
     const auto & info = s.model().info();
     nlohmann::json meta;
@@ -354,9 +361,15 @@ void add_bench_command(CLI::App & root) {
     add_index_option(cmd, a->sp.index_paths, "; also the corpus of ngram-cache's static cache");
     cmd->add_option("--prompts", a->prompts, "Prompt file: .jsonl (.gz), .json array, or text")->required();
     cmd->add_option("--field", a->field, "Dotted field holding the prompt (a list of strings: turns)")->capture_default_str();
-    cmd->add_option("--n-prompts", a->n_prompts, "Use only the first N records (-1: all)")->capture_default_str();
-    cmd->add_option("--max-turns", a->max_turns, "Most turns per record (-1: all)")->capture_default_str();
-    cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per prompt turn")->capture_default_str();
+    cmd->add_option("--n-prompts", a->n_prompts, "Use only the first N records (-1: all)")
+        ->check(CLI::Range(-1, INT32_MAX) & !CLI::IsMember({0}))
+        ->capture_default_str();
+    cmd->add_option("--max-turns", a->max_turns, "Most turns per record (-1: all)")
+        ->check(CLI::Range(-1, INT32_MAX) & !CLI::IsMember({0}))
+        ->capture_default_str();
+    cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per prompt turn")
+        ->check(CLI::Range(1, INT32_MAX))
+        ->capture_default_str();
     cmd->add_option("--methods", a->methods,
                     "Comma-separated: plain, llama-plain, rest, rest-datastore, rest-context, rest-history, "
                     "rest@N (fixed budget N), ngram-cache, ngram-cache-nostatic, ngram-simple, ngram-mod, ngram-map-k, "
@@ -386,7 +399,9 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--streams", a->streams,
                     "Concurrency experiment instead of the method table: plain vs REST at these stream counts, "
                     "e.g. 1,4,8 (server-style continuous batching, one process)")->delimiter(',');
-    cmd->add_option("--reps", a->reps, "--streams: repetitions per stream count")->capture_default_str();
+    cmd->add_option("--reps", a->reps, "--streams: repetitions per stream count")
+        ->check(CLI::Range(1, INT32_MAX))
+        ->capture_default_str();
     add_verify_options(cmd, a->sp);
     add_offload_options(cmd, a->sp.n_gpu_layers, a->sp.rpc_servers);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");

@@ -16,7 +16,9 @@ void add_fixture_command(CLI::App & root) {
         ->check(CLI::IsMember({"tiny", "tinyllama-1.1b"}));
     cmd->add_option("--vocab", p->vocab, "llama.cpp vocabulary name (models/ggml-vocab-NAME.gguf) or a GGUF path")
         ->capture_default_str();
-    cmd->add_option("--layers", p->n_layer, "Transformer blocks")->capture_default_str();
+    cmd->add_option("--layers", p->n_layer, "Transformer blocks")
+        ->check(CLI::Range(1, 512))  // what llama.cpp loads
+        ->capture_default_str();
     cmd->add_option("--embd", p->n_embd, "Embedding width")->capture_default_str();
     cmd->add_option("--heads", p->n_head, "Attention heads")->capture_default_str();
     cmd->add_option("--heads-kv", p->n_head_kv, "KV heads")->capture_default_str();

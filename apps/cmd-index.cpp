@@ -91,22 +91,31 @@ void lock_index(const std::string & path) {
 // The temp file of the build in progress, removed if the build is interrupted (the builder removes it on errors).
 char g_temp_path[4096] = {};
 
-extern "C" void on_interrupt(int sig) {
+void remove_temp() {
     if (g_temp_path[0]) {
         ::unlink(g_temp_path);  // async-signal-safe
     }
+}
+
+extern "C" void on_interrupt(int sig) {
+    remove_temp();
     std::signal(sig, SIG_DFL);
     std::raise(sig);
 }
 
-// While it lives, SIGINT/SIGTERM remove the temp file a build, append or compact of `path` writes.
+// While it lives, SIGINT/SIGTERM, and llama.cpp stopping the process (a tokenizer's failed check), remove the temp
+// file a build, append or compact of `path` writes.
 struct temp_file_on_interrupt {
     explicit temp_file_on_interrupt(const std::string & path) {
         std::snprintf(g_temp_path, sizeof(g_temp_path), "%s", rest::datastore_temp_path(path).c_str());
         std::signal(SIGINT, on_interrupt);
         std::signal(SIGTERM, on_interrupt);
+        rest::set_llama_stop_cleanup(remove_temp);
     }
-    ~temp_file_on_interrupt() { g_temp_path[0] = '\0'; }
+    ~temp_file_on_interrupt() {
+        g_temp_path[0] = '\0';
+        rest::set_llama_stop_cleanup(nullptr);
+    }
 };
 
 // Redraws one status line on a terminal at most ten times a second. The suffix sort reports nothing while it runs,

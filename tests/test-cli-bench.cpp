@@ -235,6 +235,15 @@ TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
     const auto r = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(dir_ + "/missing.jsonl") +
                        " --out " + shell_quote(dir_ + "/out"));
     EXPECT_TRUE(r.one_line_error()) << r.err;
+    // A prompt set none of which fits the context measures nothing: an error, where it used to exit 0 with an empty
+    // table.
+    std::string huge;
+    for (int i = 0; i < 3000; ++i) huge += "word ";
+    const std::string too_long = dir_ + "/long.jsonl";
+    std::ofstream(too_long) << nlohmann::json{{"prompt", huge}}.dump() << "\n";
+    const auto l = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(too_long) + " -n 4 -c 512 --out " +
+                       shell_quote(dir_ + "/out2") + " --methods plain");
+    EXPECT_TRUE(l.one_line_error()) << "code " << l.code << " stderr: " << l.err;
 }
 
 }  // namespace

@@ -25,13 +25,14 @@ method_spec parse_one(const std::string & item) {
             m.n_fixed   = std::stoi(n, &used);
             if (used != n.size() || m.n_fixed < 0 || m.n_fixed > 256) throw std::invalid_argument(n);
         } catch (const std::exception &) {
-            throw rest::user_error("method '" + item + "': expected @N with N a draft budget in 0..256");
+            throw rest::user_error("method '" + item + "': expected @N with N a draft budget in 0..256 (1..256 for a "
+                                   "llama.cpp drafter)");
         }
         if (!base.starts_with("rest") && !is_llama_drafter(base)) {
             throw rest::user_error("method '" + item + "': only rest methods and llama.cpp's drafters take @N");
         }
         if (is_llama_drafter(base) && m.n_fixed < 1) {
-            throw rest::user_error("method '" + item + "': a llama.cpp drafter's @N caps its draft, N >= 1");
+            throw rest::user_error("method '" + item + "': a llama.cpp drafter's @N caps its draft, N in 1..256");
         }
     }
     if (base == "plain") {

@@ -93,4 +93,11 @@ bool layout_uses_trees(const std::string & layout);
 // the user as exceptions).
 void llama_log_quiet();
 
+// llama.cpp ends the process on a failed internal check (GGML_ASSERT, GGML_ABORT), which values of a corrupt model
+// file reach (a NaN epsilon, an expert count without a used-expert count, an integer weight tensor). Once the
+// backend is initialised, rest reports that as one line on stderr and exits with status 1 instead of a core dump
+// and a debugger's backtrace on stdout (REST_LLAMA_LOG=1 keeps llama.cpp's own report and backtrace). `cleanup` runs
+// first (nullptr: none): async-signal-safe work only, such as unlinking a temp file; the last one set runs.
+void set_llama_stop_cleanup(void (*cleanup)());
+
 }  // namespace rest

@@ -3,6 +3,7 @@
 #include "llama-util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
@@ -58,6 +59,17 @@ ggml_type kv_cache_type(const std::string & name) {
     throw user_error("unknown KV cache type '" + name + "' (f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
 }
 
+// The model's key head size: the architecture's attention.key_length, else n_embd / n_head (0: unknown).
+std::int32_t key_head_size(const llama_model * model) {
+    char arch[64] = {}, buf[32] = {};
+    if (llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch) > 0 &&
+        llama_model_meta_val_str(model, (std::string(arch) + ".attention.key_length").c_str(), buf, sizeof buf) > 0) {
+        return std::atoi(buf);
+    }
+    const std::int32_t heads = llama_model_n_head(model);
+    return heads > 0 ? llama_model_n_embd(model) / heads : 0;
+}
+
 // Asked for more, llama.cpp tries to allocate it (a billion positions of stories260K grew by 330 MB/s for a minute).
 constexpr std::int32_t k_n_ctx_max = 1 << 24;
 
@@ -110,6 +122,14 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
     n_threads_ = decode_threads_ = threads_now_ = n_threads;
     cp.no_perf         = true;
     cp.type_k          = kv_cache_type(params.cache_type_k);
+    // llama.cpp refuses such a K cache with flash attention on; off, it ran and wrote garbage (stories260K's 8-value
+    // heads in q8_0's 32-value blocks).
+    if (const std::int32_t head = key_head_size(model); ggml_is_quantized(cp.type_k) && head > 0 &&
+                                                        head % (std::int32_t) ggml_blck_size(cp.type_k) != 0) {
+        throw user_error("--cache-type-k " + params.cache_type_k + ": its blocks of " +
+                         std::to_string(ggml_blck_size(cp.type_k)) + " values do not divide the model's key heads of " +
+                         std::to_string(head));
+    }
     cp.type_v          = kv_cache_type(params.cache_type_v);
     h.quantized_v_cache = ggml_is_quantized(cp.type_v);
     cp.flash_attn_type = flash_attn_type(params.flash_attn, h);

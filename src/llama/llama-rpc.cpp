@@ -73,25 +73,6 @@ bool can_connect(const std::string & ep, std::string & why) {
     return ok;
 }
 
-// llama.cpp aborts on a lost RPC connection (GGML_ABORT in ggml-rpc.cpp); say so on one line and exit, rather
-// than dump a core with a backtrace, since nothing the process holds can be recovered without its layers. Other
-// aborts (bugs) go on to abort() as before, with their backtrace.
-void on_ggml_abort(const char * message) {
-    std::string m = message ? message : "";
-    if (m.find("ggml-rpc") == std::string::npos && m.find("RPC") == std::string::npos) {
-        return;
-    }
-    static std::atomic<bool> said{false};  // two dispatcher threads may both fail
-    if (said.exchange(true)) {
-        _exit(1);
-    }
-    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-    for (char & c : m) c = c == '\n' ? ' ' : c;
-    std::fprintf(stderr, "rest: error: llama.cpp stopped: %s (an RPC server went away?)\n", m.c_str());
-    std::fflush(stderr);
-    _exit(1);
-}
-
 // An rpc-server serves one client at a time: a busy one accepts the TCP connection (the kernel's backlog) and then
 // never answers llama.cpp's handshake, which waits forever. A watchdog turns that wait into a one-line error.
 class handshake_watchdog {
@@ -159,9 +140,9 @@ void llama_add_rpc_servers(const std::vector<std::string> & endpoints) {
         if (!can_connect(ep, why)) {
             throw user_error("--rpc: cannot connect to " + ep + ": " + why + " (is rpc-server running there?)");
         }
-        ggml_set_abort_callback(on_ggml_abort);
         // ggml-rpc writes to its sockets without MSG_NOSIGNAL: a server that went away would kill the process with
-        // SIGPIPE, silently. Ignored, the write fails and llama.cpp aborts through on_ggml_abort with its reason.
+        // SIGPIPE, silently. Ignored, the write fails and llama.cpp stops with its reason, which rest reports on
+        // one line (set_llama_stop_cleanup()).
         std::signal(SIGPIPE, SIG_IGN);
         ggml_backend_reg_t reg = nullptr;
         {

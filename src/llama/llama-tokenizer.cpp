@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cstring>
+#include <stdexcept>
 
 namespace rest {
 
@@ -52,14 +53,21 @@ std::vector<token_id> llama_tokenizer::tokenize(std::string_view text, bool add_
         throw user_error("text of " + std::to_string(text.size()) + " bytes is too long to tokenize at once");
     }
     std::vector<token_id> out(text.size() + 8);
-    int32_t n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(),
+    try {
+        int32_t n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(),
+                                   add_special, parse_special);
+        if (n < 0) {  // llama_tokenize returns the negated size it needs
+            out.resize(-n);
+            n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(),
                                add_special, parse_special);
-    if (n < 0) {  // llama_tokenize returns the negated size it needs
-        out.resize(-n);
-        n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(), add_special,
-                           parse_special);
+        }
+        out.resize(n < 0 ? 0 : n);
+    } catch (const std::out_of_range & e) {
+        // llama.cpp's tokenizers look tokens up with .at(): a vocabulary without the byte tokens its type needs
+        // (a corrupt file) throws from inside.
+        throw user_error(std::string("the model's vocabulary cannot tokenize this text (") + e.what() +
+                         "): its tokenizer data is corrupt or incomplete");
     }
-    out.resize(n < 0 ? 0 : n);
     return out;
 }
 

@@ -4,7 +4,9 @@
 #include "rest/llama-model.h"
 
 #include <gguf.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +76,27 @@ void check_gguf_metadata(const std::string & path) {
     }
 }
 
+std::atomic<void (*)()> g_stop_cleanup{nullptr};
+
+// ggml_abort's callback (see set_llama_stop_cleanup()): one line, then exit 1. ggml calls abort() if this returns.
+void on_llama_stop(const char * message) {
+    static std::atomic<bool> said{false};  // two threads may both fail (ggml's workers, RPC dispatchers)
+    if (said.exchange(true)) _exit(1);
+    if (void (*cleanup)() = g_stop_cleanup.load()) cleanup();
+    std::string m = message ? message : "";
+    // "/long/path/to/llama.cpp/src/file.cpp:12: ..." -> "file.cpp:12: ..."
+    if (const auto colon = m.find(':'); colon != std::string::npos) {
+        if (const auto slash = m.rfind('/', colon); slash != std::string::npos) m.erase(0, slash + 1);
+    }
+    for (char & c : m) c = c == '\n' ? ' ' : c;
+    while (!m.empty() && m.back() == ' ') m.pop_back();
+    const bool rpc = m.find("ggml-rpc") != std::string::npos || m.find("RPC") != std::string::npos;
+    std::fprintf(stderr, "rest: error: llama.cpp stopped on an internal check: %s (%s)\n", m.c_str(),
+                 rpc ? "an RPC server went away?" : "a corrupt or unsupported model file, or a bug");
+    std::fflush(stderr);
+    _exit(1);
+}
+
 }  // namespace
 
 void llama_log_quiet() {
@@ -92,7 +115,13 @@ void llama_ensure_backend() {
     std::call_once(once, [] {
         llama_log_quiet();
         llama_backend_init();
+        const char * env = std::getenv("REST_LLAMA_LOG");
+        if (!(env && std::strcmp(env, "0") != 0)) ggml_set_abort_callback(on_llama_stop);
     });
+}
+
+void set_llama_stop_cleanup(void (*cleanup)()) {
+    g_stop_cleanup.store(cleanup);
 }
 
 std::string llama_last_error() {
