@@ -562,6 +562,27 @@ TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
         EXPECT_EQ(r->status, 415) << r->body;
         EXPECT_NE(r->body.find("Content-Encoding"), std::string::npos) << r->body;
     }
+    // A POST with neither Content-Length nor chunked encoding has no body: answered at once (411), where the server
+    // used to read until the client closed (30 s, then "malformed HTTP request").
+    {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        ASSERT_GE(fd, 0);
+        sockaddr_in a{};
+        a.sin_family      = AF_INET;
+        a.sin_port        = htons((uint16_t) srv_->port());
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+        timeval tv{5, 0};  // the old behaviour waits 30 s: a reply within 5 s or none
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + std::string(k_key) +
+                                "\r\n\r\n";
+        ASSERT_EQ(::send(fd, req.data(), req.size(), 0), (ssize_t) req.size());
+        char       buf[512] = {};
+        const auto n        = ::recv(fd, buf, sizeof(buf) - 1, 0);
+        ::close(fd);
+        ASSERT_GT(n, 0) << "no reply within 5 s";
+        EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 411", 0), 0u) << buf;
+    }
     // The server is still healthy, with no slot held.
     const http_reply h = client(srv_->port()).get("/health");
     EXPECT_EQ(h.status, 200);

@@ -5,6 +5,8 @@
 
 #include "rest/datastore.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -99,17 +101,21 @@ TEST(ServerCorpora, RequestsDraftOnlyFromTheirCorporaWhichSurviveARestart) {
         ASSERT_EQ(srv.wait_exit(60), 0) << srv.log_tail();
     }
     EXPECT_TRUE(fs::exists(dir + "/alpha.idx"));
-    // Temp copies a killed server left mid-write are removed at start (no process has that id); a live process's
-    // (another server sharing the directory) are kept.
-    const std::string stale = dir + "/alpha.idx.tmp.999999999", live = dir + "/alpha.idx.tmp." + std::to_string(::getpid());
+    // Temp copies a killed server left mid-write are removed at start; one a live writer holds locked (another
+    // server sharing the directory) is kept, whatever its pid says (a container's servers are all pid 1).
+    const std::string stale = dir + "/alpha.idx.tmp.1", live = dir + "/beta.idx.tmp.1";
     std::ofstream(stale) << "partial";
     std::ofstream(live) << "partial";
+    const int live_fd = ::open(live.c_str(), O_RDONLY);
+    ASSERT_GE(live_fd, 0);
+    ASSERT_EQ(::flock(live_fd, LOCK_EX), 0);
     server_process srv;
     ASSERT_EQ(srv.start(serve_args(model, dir), tmp_dir() + "/server-corpora-2.log"), "");
     const client c(srv.port());
     const json   listed = corpora(c);
     EXPECT_FALSE(fs::exists(stale));
     EXPECT_TRUE(fs::exists(live));
+    ::close(live_fd);
     fs::remove(live);
     EXPECT_EQ(listed["alpha"]["n_documents"], 1) << listed.dump();
     EXPECT_EQ(listed["beta"]["n_documents"], 3) << listed.dump();

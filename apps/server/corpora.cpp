@@ -3,10 +3,11 @@
 #include "rest/index-builder.h"
 #include "rest/llama-model.h"
 
-#include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 
@@ -40,17 +41,18 @@ std::string printable(const std::string & n) {
 }
 
 // A corpus file's temporary copy (NAME.idx.tmp.PID, see datastore_temp_path()) left by a server killed while it
-// wrote one: its process is gone, so nothing will rename or remove it. A live process's (another server sharing
-// the directory) is left alone.
+// wrote one: nothing will rename or remove it. Its writer holds an flock on it while it lives (atomic_file_writer),
+// so one that can be locked is a dead writer's; another server writing into the directory keeps its own.
 void remove_if_stale_temp(const fs::path & p) {
-    const std::string name = p.filename().string();
-    const auto        at   = name.rfind(".idx.tmp.");
-    if (at == std::string::npos) return;
-    const std::string pid = name.substr(at + 9);
-    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return;
-    if (::kill((pid_t) std::stol(pid), 0) == 0 || errno != ESRCH) return;
+    if (p.filename().string().find(".idx.tmp.") == std::string::npos) return;
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    const bool stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
     std::error_code ec;
-    if (fs::remove(p, ec)) std::fprintf(stderr, "rest serve: removed %s, left by a server that stopped mid-write\n", p.c_str());
+    if (stale && fs::remove(p, ec)) {
+        std::fprintf(stderr, "rest serve: removed %s, left by a server that stopped mid-write\n", p.c_str());
+    }
+    ::close(fd);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
@@ -175,9 +176,18 @@ void server::impl::setup_http() {
         // cpp-httplib inflates a gzip, deflate or brotli body before any handler sees it, and the body limit holds
         // only for the bytes received: a 1 MB gzip of 1 GB took 1.1 GB of memory before its JSON was refused. This
         // runs before the body is read. llama-server's build has no decompression and refuses them the same way.
-        if (const std::string enc = req.get_header_value("Content-Encoding"); !enc.empty() && enc != "identity") {
+        std::string enc = req.get_header_value("Content-Encoding");
+        std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char c) { return (char) std::tolower(c); });
+        if (!enc.empty() && enc != "identity") {
             reply_error(res, api_error(415, "Content-Encoding '" + enc + "' is not accepted: send the body uncompressed",
                                        "invalid_request_error", "", "unsupported_media_type"));
+            return handler_response::Handled;
+        }
+        // A POST without Content-Length or chunked encoding has no body (RFC 9112), but cpp-httplib read until
+        // the connection closed: 30 s, then "malformed HTTP request", and 32 such requests held every HTTP thread.
+        if (req.method == "POST" && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+            reply_error(res, api_error(411, "a POST needs a Content-Length (or chunked Transfer-Encoding)",
+                                       "invalid_request_error", "", "length_required"));
             return handler_response::Handled;
         }
         if (req.path == "/health" || authorized(req, params.api_key)) {
@@ -207,6 +217,10 @@ void server::impl::setup_http() {
         std::string msg = "HTTP " + std::to_string(res.status);
         if (res.status == 404) {
             msg = "Not found: " + req.method + " " + req.path;
+        } else if (res.status == 413 && req.get_header_value("Content-Type").starts_with(
+                                                "application/x-www-form-urlencoded")) {
+            // `curl -d` sends this type; cpp-httplib caps such bodies at 8 KiB, whatever the server's limit.
+            msg = "a form-urlencoded body is limited to 8192 bytes: send the JSON with Content-Type: application/json";
         } else if (res.status == 413) {
             msg = "the request body is larger than " + std::to_string(params.body_max_bytes) + " bytes";
         } else if (res.status == 400) {

@@ -4,6 +4,7 @@
 #include "rest/types.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -34,6 +35,9 @@ atomic_file_writer::atomic_file_writer(const std::string & path) : path_(path) {
     if (fd_ < 0) {
         throw user_error("cannot create '" + temp_path_ + "': " + errno_text());
     }
+    // Held until the fd closes, also when the process dies: a temp file nobody holds locked is a dead writer's,
+    // which the server's corpus directory removes at start (its pid may be alive again: a container's pid 1).
+    ::flock(fd_, LOCK_EX | LOCK_NB);
 }
 
 atomic_file_writer::~atomic_file_writer() {
