@@ -80,8 +80,12 @@ std::atomic<void (*)()> g_stop_cleanup{nullptr};
 
 // ggml_abort's callback (see set_llama_stop_cleanup()): one line, then exit 1. ggml calls abort() if this returns.
 void on_llama_stop(const char * message) {
-    static std::atomic<bool> said{false};  // two threads may both fail (ggml's workers, RPC dispatchers)
-    if (said.exchange(true)) _exit(1);
+    // Two threads may both fail (ggml's workers, RPC dispatchers): the second waits for the first to say why and exit
+    // (exiting at once, it ended the process before the first had printed).
+    static std::atomic<bool> said{false};
+    if (said.exchange(true)) {
+        for (;;) ::pause();
+    }
     if (void (*cleanup)() = g_stop_cleanup.load()) cleanup();
     std::string m = message ? message : "";
     // "/long/path/to/llama.cpp/src/file.cpp:12: ..." -> "file.cpp:12: ..."
