@@ -112,6 +112,7 @@ void run_streams_bench(bench_args a, const std::vector<prompt_record> & records)
 
 void run_bench(const bench_args & a) {
     if (a.out.empty()) throw rest::user_error("--out DIR is required");
+    rest::check_sampler_params(a.sampling);  // before the model loads
     // --streams compares plain with REST (whichever sources exist) and ignores --methods.
     const auto methods = a.streams.empty() ? bench::parse_methods(a.methods) : std::vector<bench::method_spec>{};
     for (const auto & m : methods) {

@@ -62,6 +62,7 @@ void run_generate(const generate_args & a) {
     if (a.prompt.empty() == a.file.empty()) {
         throw rest::user_error("give exactly one of -p TEXT or -f FILE");
     }
+    rest::check_sampler_params(a.sampling);  // before the model loads and a first run measures its costs
     if (!a.prediction_file.empty() && !a.prediction_field.empty()) {
         throw rest::user_error("give at most one of --prediction-file and --prediction-field");
     }

@@ -18,13 +18,13 @@
 #endif
 
 #include <algorithm>
-#include <filesystem>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>

@@ -20,6 +20,15 @@ struct cli_result {
     std::string out, err;
 
     // A clean user-facing failure: exit 1..127, no signal, exactly one line on stderr.
+    // An error after other lines a first run prints (a cold cache measures the verify cost and says so): the
+    // process exited with a code, and its last line is the error.
+    bool ends_in_error() const {
+        std::string e = err;
+        while (!e.empty() && e.back() == '\n') e.pop_back();
+        const size_t nl = e.rfind('\n');
+        const size_t last = nl == std::string::npos ? 0 : nl + 1;
+        return !signaled && code > 0 && code < 128 && e.compare(last, 12, "rest: error:") == 0;
+    }
     bool one_line_error() const {
         const size_t nl = err.find('\n');
         return !signaled && code > 0 && code < 128 && !err.empty() && (nl == std::string::npos || nl + 1 == err.size());

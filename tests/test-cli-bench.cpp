@@ -243,7 +243,7 @@ TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
     std::ofstream(too_long) << nlohmann::json{{"prompt", huge}}.dump() << "\n";
     const auto l = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(too_long) + " -n 4 -c 512 --out " +
                        shell_quote(dir_ + "/out2") + " --methods plain");
-    EXPECT_TRUE(l.one_line_error()) << "code " << l.code << " stderr: " << l.err;
+    EXPECT_TRUE(l.ends_in_error()) << "code " << l.code << " stderr: " << l.err;
 }
 
 }  // namespace

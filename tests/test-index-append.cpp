@@ -3,11 +3,16 @@
 // append leaves the old file as it was; readers that have the old file open keep working; compaction merges
 // shards without changing an answer.
 #include "index-version1.h"
+#include "index/index-file.h"
 #include "rest/datastore.h"
 #include "rest/index-builder.h"
 #include "test-util.h"
 
 #include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -265,4 +270,20 @@ TEST(index_append, merging_appends_keep_few_shards_and_every_answer) {
     all.insert(all.end(), big.begin(), big.end());
     EXPECT_EQ(rest::append_merging(path, big, synthetic(12)).n_shards, 1u);
     expect_lookups_match(*rest::datastore::open(path, 0xABCDEF), all, 10);
+}
+
+// A temp file is held locked by its writer for as long as the writer lives, also by a process that is killed: a
+// server starting on a corpus directory removes only temp files nobody holds (apps/server/corpora.cpp).
+TEST(index_append, a_writer_holds_its_temp_file_locked) {
+    const std::string path = tmp_path("locked.idx");
+    std::string       temp;
+    {
+        rest::atomic_file_writer w(path);
+        temp         = w.temp_path();
+        const int fd = ::open(temp.c_str(), O_RDONLY);
+        ASSERT_GE(fd, 0);
+        EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0) << "another process could take the writer's temp file for stale";
+        ::close(fd);
+    }
+    EXPECT_FALSE(std::filesystem::exists(temp)) << "an uncommitted writer removes its temp file";
 }

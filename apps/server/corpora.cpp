@@ -44,7 +44,14 @@ std::string printable(const std::string & n) {
 // wrote one: nothing will rename or remove it. Its writer holds an flock on it while it lives (atomic_file_writer),
 // so one that can be locked is a dead writer's; another server writing into the directory keeps its own.
 void remove_if_stale_temp(const fs::path & p) {
-    if (p.filename().string().find(".idx.tmp.") == std::string::npos) return;
+    // Exactly what datastore_temp_path() writes (NAME.idx.tmp.DIGITS): a corpus may be named "x.idx.tmp.1", and its
+    // file, "x.idx.tmp.1.idx", is no temp file.
+    const std::string name = p.filename().string();
+    const auto        at   = name.rfind(".idx.tmp.");
+    if (at == std::string::npos || at + 9 == name.size() ||
+        name.find_first_not_of("0123456789", at + 9) != std::string::npos) {
+        return;
+    }
     const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     const bool stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;

@@ -10,22 +10,32 @@ using json = nlohmann::json;
 
 namespace {
 
-bool any(const json &) { return true; }
-bool is_false(const json & v) { return v.is_boolean() && !v.get<bool>(); }
-bool is_zero(const json & v) { return v.is_number() && v.get<double>() == 0.0; }
-bool at_most_zero(const json & v) { return v.is_number() && v.get<double>() <= 0.0; }
-bool at_least_one(const json & v) { return v.is_number() && v.get<double>() >= 1.0; }
-bool zero_or_one(const json & v) { return v.is_number_integer() && (v.get<double>() == 0.0 || v.get<double>() == 1.0); }
-bool empty_value(const json & v) {  // (json::empty() is false for every string)
+bool any(const json &, const json &) { return true; }
+bool is_false(const json & v, const json &) { return v.is_boolean() && !v.get<bool>(); }
+bool is_zero(const json & v, const json &) { return v.is_number() && v.get<double>() == 0.0; }
+bool at_most_zero(const json & v, const json &) { return v.is_number() && v.get<double>() <= 0.0; }
+bool at_least_one(const json & v, const json &) { return v.is_number() && v.get<double>() >= 1.0; }
+bool zero_or_one(const json & v, const json &) {
+    return v.is_number() && (v.get<double>() == 0.0 || v.get<double>() == 1.0);
+}
+bool empty_value(const json & v, const json & = {}) {  // (json::empty() is false for every string)
     return v.is_string() ? v.get_ref<const std::string &>().empty() : (v.is_array() || v.is_object()) && v.empty();
 }
-bool text_only(const json & v) { return v == json::array({"text"}); }
-bool text_format(const json & v) { return v == json{{"type", "text"}} || (v.is_object() && v.empty()); }
+bool never(const json &, const json &) { return false; }
+// llama-server turns a json_schema, {} included, into a grammar, unless the request has a grammar of its own (the
+// web UI sends both, the grammar empty).
+bool schema_without_effect(const json & v, const json & body) {
+    const auto g = body.find("grammar");
+    return empty_value(v) && g != body.end() && empty_value(*g);
+}
+bool text_only(const json & v, const json &) { return v == json::array({"text"}); }
+bool text_format(const json & v, const json &) { return v == json{{"type", "text"}} || (v.is_object() && v.empty()); }
 
-// llama-server's sampler order, as letters ("edkypmxt", its web UI's default) or names. Of the samplers this server
-// has (penalties, top-k, top-p, min-p, temperature; the others are no-ops at the defaults their own fields are held
-// to), the order must be this server's, which is llama.cpp's default, and none may be left out.
-bool default_sampler_order(const json & v) {
+// llama-server's sampler order, as letters ("edskypmxt", its default) or names. Of the samplers this server has
+// (penalties, top-k, top-p, min-p, temperature), the order must be this server's, which is llama.cpp's default, and
+// none may be left out; dry, top-n-sigma, typical-p and xtc are no-ops at the defaults their own fields are held to;
+// infill and adaptive-p change the output whatever the fields say, so they are refused.
+bool default_sampler_order(const json & v, const json &) {
     static constexpr std::array<std::string_view, 5> ours = {"penalties", "top_k", "top_p", "min_p", "temperature"};
     auto ours_of = [](std::string_view s) -> std::string_view {
         if (s == "e" || s == "penalties") return ours[0];
@@ -37,8 +47,9 @@ bool default_sampler_order(const json & v) {
     };
     std::size_t n = 0;
     auto next = [&](std::string_view s) {
+        if (s == "i" || s == "infill" || s == "a" || s == "adaptive_p") return false;
         const std::string_view o = ours_of(s);
-        if (o.empty()) return true;
+        if (o.empty()) return true;  // llama.cpp ignores names it does not know
         return n < ours.size() && ours[n++] == o;
     };
     if (v.is_string()) {
@@ -58,7 +69,7 @@ bool default_sampler_order(const json & v) {
 
 struct foreign_field {
     const char * name;
-    bool (*inert)(const json & v);
+    bool (*inert)(const json & v, const json & body);
     const char * ok;  // the values accepted, for the error message
     int          kinds;  // 1: completions, 2: chat, 3: both
 };
@@ -73,11 +84,11 @@ constexpr foreign_field k_fields[] = {
     {"service_tier", any, "", k_both},
     {"prompt_cache_key", any, "", k_both},
     {"safety_identifier", any, "", k_both},
-    {"reasoning_effort", any, "", k_chat},  // for reasoning models; rest's have no such control
+    {"reasoning_effort", never, "null", k_chat},  // llama-server passes it to the chat template
     {"verbosity", any, "", k_chat},
     {"modalities", text_only, "[\"text\"]", k_chat},
-    {"audio", [](const json &) { return false; }, "null", k_chat},
-    {"web_search_options", [](const json &) { return false; }, "null", k_chat},
+    {"audio", never, "null", k_chat},
+    {"web_search_options", never, "null", k_chat},
     {"response_format", text_format, "{\"type\": \"text\"}", k_completion},  // chat's is parsed with the rest
     // llama-server's: scheduling, timing and response details.
     {"id_slot", any, "", k_both},
@@ -109,7 +120,7 @@ constexpr foreign_field k_fields[] = {
     {"n_probs", is_zero, "0", k_both},
     {"n_indent", is_zero, "0", k_both},
     {"grammar", empty_value, "\"\"", k_both},
-    {"json_schema", empty_value, "{}", k_both},
+    {"json_schema", schema_without_effect, "{} beside an empty grammar", k_both},
     {"lora", empty_value, "[]", k_both},
     {"chat_template_kwargs", empty_value, "{}", k_chat},
 };
@@ -130,7 +141,7 @@ bool is_foreign_field(const std::string & key, api_kind kind) { return find_fiel
 void check_foreign_fields(const json & body, api_kind kind) {
     for (const auto & [k, v] : body.items()) {
         const foreign_field * f = find_field(k, kind);
-        if (!f || v.is_null() || f->inert(v)) continue;  // null: not given, as OpenAI reads it
+        if (!f || v.is_null() || f->inert(v, body)) continue;  // null: not given, as OpenAI reads it
         throw bad_request("'" + k + "' is not supported with this value: this server accepts only " + f->ok +
                               " (its output would differ from what the request asks for)",
                           k, "unsupported_parameter");

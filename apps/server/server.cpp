@@ -15,7 +15,9 @@
 #include "rest/llama-model.h"
 
 #include <httplib.h>
+#if defined(__GLIBC__)
 #include <malloc.h>
+#endif
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -203,10 +205,12 @@ void server::impl::setup_http() {
     // 830 MB-1.7 GB, towards threads x the largest request. Handing it back costs ~1 ms, only after large bodies.
     // A fixed mmap threshold first: glibc's default raises it to the largest block freed (8 MB bodies then come from
     // the thread pools), and with it the trim threshold, so the pools' free tops were never given back.
+#if defined(__GLIBC__)
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     http.set_post_routing_handler([](const httplib::Request & req, httplib::Response &) {
         if (req.body.size() >= k_trim_body_bytes) malloc_trim(0);
     });
+#endif
     // cpp-httplib calls this for every status >= 400; fill in only what it produced itself (404, 413, 400 on a
     // malformed request line), so every error a client sees is an OpenAI-style JSON object.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request & req,

@@ -26,7 +26,7 @@ struct sampler_params {
 };
 
 // Throws user_error naming the first value no sampler can use (NaN, a non-positive top-p or repeat penalty, ...).
-// model::new_sampler() checks its parameters so.
+// The CLI checks its options so before it loads anything, and llama.cpp models' new_sampler() checks again.
 void check_sampler_params(const sampler_params & p);
 
 class token_sampler {

@@ -7,4 +7,5 @@ set(REST_DECODE_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/slot-batch.cpp
     ${CMAKE_CURRENT_LIST_DIR}/prefill-pacer.cpp
     ${CMAKE_CURRENT_LIST_DIR}/exactness.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/sampler-params.cpp
 )

@@ -2,32 +2,9 @@
 // chain is applied to a candidate array built from the row, exactly as llama_sampler_sample does internally.
 #include "llama-sampler.h"
 
-#include "rest/types.h"
-
-#include <cmath>
 #include <numeric>
-#include <string>
 
 namespace rest {
-
-void check_sampler_params(const sampler_params & p) {
-    // Values that llama.cpp's samplers take without complaint and turn into junk: a NaN temperature samples at
-    // random, a repeat penalty of 0 divides the logits by 0.
-    const auto bad = [](const char * what, float v, const char * want) {
-        throw user_error(std::string(what) + " must be " + want + ", got " + std::to_string(v));
-    };
-    if (!std::isfinite(p.temp)) bad("the temperature", p.temp, "a finite number (<= 0: greedy)");
-    if (!std::isfinite(p.top_p) || p.top_p <= 0.0f) bad("top-p", p.top_p, "in (0, 1] (1: off)");
-    if (!std::isfinite(p.min_p) || p.min_p < 0.0f || p.min_p > 1.0f) bad("min-p", p.min_p, "in [0, 1] (0: off)");
-    if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0.0f) {
-        bad("the repeat penalty", p.repeat_penalty, "a positive number (1: off)");
-    }
-    if (!std::isfinite(p.presence_penalty)) bad("the presence penalty", p.presence_penalty, "a finite number");
-    if (!std::isfinite(p.frequency_penalty)) bad("the frequency penalty", p.frequency_penalty, "a finite number");
-    if (p.repeat_last_n < -1) {
-        throw user_error("repeat-last-n must be -1 (the context) or more, got " + std::to_string(p.repeat_last_n));
-    }
-}
 
 llama_chain_sampler::llama_chain_sampler(std::int32_t n_vocab, const sampler_params & p) {
     llama_sampler_chain_params cp = llama_sampler_chain_default_params();

@@ -119,8 +119,7 @@ void llama_ensure_backend() {
     std::call_once(once, [] {
         llama_log_quiet();
         llama_backend_init();
-        const char * env = std::getenv("REST_LLAMA_LOG");
-        if (!(env && std::strcmp(env, "0") != 0)) ggml_set_abort_callback(on_llama_stop);
+        if (!g_verbose) ggml_set_abort_callback(on_llama_stop);  // set from REST_LLAMA_LOG by llama_log_quiet()
     });
 }
 
