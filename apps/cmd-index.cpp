@@ -255,7 +255,8 @@ void run_build(const build_args & a) {
         // The index is written over its path when done: an input given as the output would be lost.
         std::error_code ec;
         if (std::filesystem::equivalent(in, a.output, ec)) {
-            throw rest::user_error("the output '" + a.output + "' is also an input ('" + in + "'): it would be overwritten");
+            throw rest::user_error("the output '" + a.output + "' is also an input ('" + in +
+                                   "'): it would be overwritten");
         }
     }
     rest::llama_log_quiet();

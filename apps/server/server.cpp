@@ -181,7 +181,7 @@ void server::impl::setup_http() {
         std::string enc = req.get_header_value("Content-Encoding");
         std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char c) { return (char) std::tolower(c); });
         if (!enc.empty() && enc != "identity") {
-            reply_error(res, api_error(415, "Content-Encoding '" + enc + "' is not accepted: send the body uncompressed",
+            reply_error(res, api_error(415, "Content-Encoding '" + enc + "' is not accepted: send it uncompressed",
                                        "invalid_request_error", "", "unsupported_media_type"));
             return handler_response::Handled;
         }

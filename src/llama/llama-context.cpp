@@ -88,8 +88,8 @@ llama_target::llama_target(llama_model * model, const context_params & params, h
                          ", 0: the model's) must not be negative; the batch size must be at least 1");
     }
     if (params.n_ctx > k_n_ctx_max) {
-        throw user_error("a context of " + std::to_string(params.n_ctx) + " positions is more than any model holds (at most " +
-                         std::to_string(k_n_ctx_max) + ")");
+        throw user_error("a context of " + std::to_string(params.n_ctx) +
+                         " positions is more than any model holds (at most " + std::to_string(k_n_ctx_max) + ")");
     }
     int32_t       n_ctx       = params.n_ctx > 0 ? params.n_ctx : std::min(n_ctx_train, 4096) * n_slots_;
     // llama.cpp rounds the context up to a multiple of 256 after it has capped n_batch at the size asked for: a
