@@ -11,10 +11,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
 namespace {
+
+// A file option given a directory: one line naming it (an ifstream reads a directory as a stream error).
+CLI::Validator not_a_directory() {
+    return CLI::Validator(
+        [](const std::string & v) -> std::string {
+            std::error_code ec;
+            return std::filesystem::is_directory(v, ec) ? "'" + v + "' is a directory, not a file" : "";
+        },
+        "FILE");
+}
 
 void run_serve(const server_params & p) {
     sigset_t set;
@@ -67,7 +78,9 @@ void add_serve_command(CLI::App & root) {
                     "the --index files, named by their file stem)");
     cmd->add_option("--alias", p->alias, "Model id reported by the API (default: the model file's stem)");
     cmd->add_option("--host", p->host, "Address to bind (loopback by default)")->capture_default_str();
-    cmd->add_option("--port", p->port, "Port (0: any free port, printed on stdout)")->capture_default_str();
+    cmd->add_option("--port", p->port, "Port (0: any free port, printed on stdout)")
+        ->check(CLI::Range(0, 65535))  // larger ones wrapped around: 73617 bound 8081 and printed 73617
+        ->capture_default_str();
     cmd->add_option("--api-key", p->api_key, "Require 'Authorization: Bearer KEY' (except on /health)")
         ->envname("REST_API_KEY");
     cmd->add_option("--np,--parallel", p->n_parallel, "Slots: requests generated concurrently in one batch")
@@ -94,13 +107,15 @@ void add_serve_command(CLI::App & root) {
     cmd->add_option("--chat-template", p->chat_template,
                     "Render chats with this llama.cpp built-in template (chatml, llama3, phi3, ...; or Jinja source, "
                     "as llama-server takes) instead of the model's own. Without it, a model that has none uses chatml");
-    cmd->add_option("--chat-template-file", p->chat_template_file, "Render chats with the Jinja template in this file");
+    cmd->add_option("--chat-template-file", p->chat_template_file, "Render chats with the Jinja template in this file")
+        ->check(not_a_directory());
     cmd->add_option("-n,--n-predict", p->n_predict,
                     "max_tokens for requests that give none (-1: until end of generation or context)")
         ->capture_default_str();
     cmd->add_option("--history-file", p->history_path,
                     "Online store file: loaded at start when present, saved periodically and at shutdown; one "
-                    "server per file (FILE.lock)");
+                    "server per file (FILE.lock)")
+        ->check(not_a_directory());  // read as a file, a directory gave a stream error and left FILE.lock
     cmd->add_option("--history-save-interval", p->history_save_interval_s,
                     "Seconds between saves of a changed online store (0: only at shutdown)")
         ->check([](const std::string & s) {  // CLI::NonNegativeNumber's message prints DBL_MAX in full

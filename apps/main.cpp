@@ -24,7 +24,10 @@ int main(int argc, char ** argv) {
     try {
         app.parse((int) cargv.size(), cargv.data());
     } catch (const CLI::ParseError & e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        // A bad argument is one line like every other error (CLI11's own report adds "Run with --help ...").
+        std::fprintf(stderr, "rest: error: %s (see --help)\n", e.what());
+        return e.get_exit_code();
     } catch (const rest::user_error & e) {
         std::fprintf(stderr, "rest: error: %s\n", e.what());
         return 1;
