@@ -468,23 +468,20 @@ datastore_info append_merging(const std::string & path, std::span<const std::vec
                               const tokenizer_identity & tok, const index_builder_params & params) {
     index_builder_params p = params;
     p.base.clear();
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-        index_builder b(path, tok, p);
-        for (const auto & d : documents) b.add_document(d);
-        return b.finish();
+    std::unique_ptr<datastore> ds;  // the store appended to, if there is one
+    std::size_t                keep = 0;
+    if (std::error_code ec; std::filesystem::exists(path, ec)) {
+        ds = datastore::open(path, tok.fingerprint, tok.description, datastore::access::one_pass);
+        ds->verify();  // the merged shards' documents are read back from it (the copied ones are checked as copied)
+        std::uint64_t merged = 0;
+        for (const auto & d : documents) merged += d.size();
+        keep = ds->shards().size();
+        while (keep > 0 && ds->shards()[keep - 1].n_tokens() <= 2 * merged) merged += ds->shards()[--keep].n_tokens();
+        p.base        = path;
+        p.base_shards = keep;
     }
-    const auto ds = datastore::open(path, tok.fingerprint, tok.description, datastore::access::one_pass);
-    ds->verify();  // the merged shards' documents are read back from it (the copied ones are checked as copied)
-    std::uint64_t merged = 0;
-    for (const auto & d : documents) merged += d.size();
-    const auto & shards = ds->shards();
-    std::size_t  keep   = shards.size();
-    while (keep > 0 && shards[keep - 1].n_tokens() <= 2 * merged) merged += shards[--keep].n_tokens();
-    p.base        = path;
-    p.base_shards = keep;
     index_builder b(path, tok, p);
-    for (std::size_t i = keep; i < shards.size(); ++i) add_documents_of(shards[i], b);
+    for (std::size_t i = keep; ds && i < ds->shards().size(); ++i) add_documents_of(ds->shards()[i], b);
     for (const auto & d : documents) b.add_document(d);
     return b.finish();
 }
