@@ -35,6 +35,28 @@ namespace {
 
 constexpr std::size_t k_trim_body_bytes = 1u << 20;  // bodies after which memory is handed back (see setup_http())
 
+// Bodies refused before cpp-httplib reads them (the pre-routing handler runs first); true when `res` is the reply.
+// - A compressed one: cpp-httplib inflates a gzip, deflate or brotli body before any handler sees it, and the body
+//   limit holds only for the bytes received (a 1 MB gzip of 1 GB took 1.1 GB of memory before its JSON was refused).
+//   llama-server's build has no decompression and refuses them the same way.
+// - A POST without Content-Length or chunked encoding has no body (RFC 9112), but cpp-httplib read until the
+//   connection closed: 30 s, then "malformed HTTP request", and 32 such requests held every HTTP thread.
+bool refuse_unreadable_body(const httplib::Request & req, httplib::Response & res) {
+    std::string enc = req.get_header_value("Content-Encoding");
+    std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char c) { return (char) std::tolower(c); });
+    if (!enc.empty() && enc != "identity") {
+        reply_error(res, api_error(415, "Content-Encoding '" + enc + "' is not accepted: send it uncompressed",
+                                   "invalid_request_error", "", "unsupported_media_type"));
+        return true;
+    }
+    if (req.method == "POST" && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+        reply_error(res, api_error(411, "a POST needs a Content-Length (or chunked Transfer-Encoding)",
+                                   "invalid_request_error", "", "length_required"));
+        return true;
+    }
+    return false;
+}
+
 const char * status_code_name(int status) {
     switch (status) {
         case 400: return "bad_request";
@@ -175,21 +197,7 @@ void server::impl::setup_http() {
 
     using handler_response = httplib::Server::HandlerResponse;
     http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) -> handler_response {
-        // cpp-httplib inflates a gzip, deflate or brotli body before any handler sees it, and the body limit holds
-        // only for the bytes received: a 1 MB gzip of 1 GB took 1.1 GB of memory before its JSON was refused. This
-        // runs before the body is read. llama-server's build has no decompression and refuses them the same way.
-        std::string enc = req.get_header_value("Content-Encoding");
-        std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char c) { return (char) std::tolower(c); });
-        if (!enc.empty() && enc != "identity") {
-            reply_error(res, api_error(415, "Content-Encoding '" + enc + "' is not accepted: send it uncompressed",
-                                       "invalid_request_error", "", "unsupported_media_type"));
-            return handler_response::Handled;
-        }
-        // A POST without Content-Length or chunked encoding has no body (RFC 9112), but cpp-httplib read until
-        // the connection closed: 30 s, then "malformed HTTP request", and 32 such requests held every HTTP thread.
-        if (req.method == "POST" && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
-            reply_error(res, api_error(411, "a POST needs a Content-Length (or chunked Transfer-Encoding)",
-                                       "invalid_request_error", "", "length_required"));
+        if (refuse_unreadable_body(req, res)) {
             return handler_response::Handled;
         }
         if (req.path == "/health" || authorized(req, params.api_key)) {
