@@ -170,7 +170,7 @@ std::string budget_state_to_json(const rest::budget_state & s, const std::string
     for (const auto & [rows, ratio] : s.cost_ratio) costs.push_back({rows, ratio});
     return nlohmann::json{{"format", "rest-budget-state"}, {"version", k_state_version}, {"key", key},
                           {"acceptance", acc}, {"cost_ratio", costs}, {"cost_ratio_all", s.cost_ratio_all},
-                          {"t_draft_us", s.t_draft_us}, {"t_draft_node_us", s.t_draft_node_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}, {"shape_values", s.shape_values}}.dump(1) + "\n";
+                          {"cold_us", s.cold_us}, {"t_draft_us", s.t_draft_us}, {"t_draft_node_us", s.t_draft_node_us}, {"plain_us", s.plain_us}, {"spent_us", s.spent_us}, {"n_off", s.n_off}, {"off_left", s.off_left}, {"shape_values", s.shape_values}}.dump(1) + "\n";
 }
 
 std::optional<rest::budget_state> budget_state_from_json(const std::string & text, const std::string & key,
@@ -205,6 +205,7 @@ std::optional<rest::budget_state> budget_state_from_json(const std::string & tex
         };
         for (const auto & c : j.at("cost_ratio")) s.cost_ratio.emplace_back(int32(c.at(0)), c.at(1).get<double>());
         s.cost_ratio_all  = j.at("cost_ratio_all").get<double>();
+        s.cold_us         = j.value("cold_us", 0.0);  // absent from files written before it was learned
         s.t_draft_us      = j.at("t_draft_us").get<double>();
         s.t_draft_node_us = j.at("t_draft_node_us").get<double>();
         s.plain_us        = j.at("plain_us").get<std::vector<double>>();

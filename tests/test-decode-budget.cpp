@@ -567,7 +567,7 @@ TEST(online_budget, a_process_warm_up_sets_no_estimate_and_only_shapes_measured_
     b.observe_step(step_of(2, 110 * 2));  // one 2-row pass, 2x the table (a change of shape after 1-row ones)
     b.observe_step(step_of(4, 130 * 2));
     b.observe_step(step_of(4, 130 * 2));  // 4 rows: two passes
-    for (int k = 0; k < 3; ++k) b.observe_step(step_of(8, 170));  // 8 rows: three
+    for (int k = 0; k < 4; ++k) b.observe_step(step_of(8, 170));  // 8 rows: three after the process's first (cold)
     for (int k = 0; k < 3; ++k) b.observe_step(step_of(1, 100));
     const budget_state st = b.export_state();
     bool has1 = false, has2 = false, has4 = false, has8 = false;

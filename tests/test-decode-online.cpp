@@ -375,3 +375,31 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
 }
 
 }  // namespace
+
+TEST(online_budget, a_shape_first_run_in_this_process_is_priced_at_what_its_cold_pass_cost) {
+    // An earlier process measured 2- and 3-row passes (a warm start). Here the first 2-row pass takes 800 us, the
+    // next 200: 600 more, for llama.cpp's first graph of that shape in the process (with the change of shape). A
+    // change to a shape this process has not run yet (3 rows) is priced at that, not at the 100 us of a change; one
+    // it has run (2 rows, plain) is not. It is persisted, so that the next process prices its first 2-row pass so.
+    budget_state warm;
+    warm.cost_ratio = {{2, 1.0}, {3, 1.0}};
+    online_budget b(rebuild_table(), no_exploration(), &warm);
+    plain_steps(b);
+    EXPECT_EQ(b.cold_us(3, 1), 0.0) << "nothing measured yet";
+    b.observe_step(step_of(2, 800, 0, 2, true));
+    EXPECT_EQ(b.cold_us(3, 1), 0.0) << "known once the next pass says what a warm one costs";
+    b.observe_step(step_of(2, 200, 0, 2, true));
+    EXPECT_NEAR(b.cold_us(3, 1), 600.0, 1.0);
+    EXPECT_EQ(b.cold_us(2, 1), 0.0) << "2 rows ran in this process";
+    EXPECT_EQ(b.cold_us(1, 1), 0.0);
+    EXPECT_EQ(b.cold_us(3, 2), 0.0) << "several requests' shapes are not charged it";
+    EXPECT_NEAR(b.step_us(3, 10) - b.predict_us(3, 10), 600.0, 15.0) << "the cold pass, not the 100 us change";
+    EXPECT_NEAR(b.step_us(1, 10) - b.predict_us(1, 10), 100.0, 5.0) << "a change back to plain";
+    EXPECT_LT(b.step_us(2, 10) - b.predict_us(2, 10), 1.0) << "the last pass's shape pays neither";
+    EXPECT_NEAR(b.predict_us(2, 10), 200.0, 20.0) << "the cold pass sets no steady estimate";
+
+    const budget_state saved = b.export_state();
+    EXPECT_NEAR(saved.cold_us, 600.0, 1.0);
+    online_budget next(rebuild_table(), no_exploration(), &saved);
+    EXPECT_NEAR(next.cold_us(2, 1), 600.0, 1.0) << "a new process has run no shape";
+}

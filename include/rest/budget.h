@@ -58,6 +58,7 @@ struct budget_state {
     // Measured / start-up-table time of one request's pass of `rows` rows, for the row counts observed.
     std::vector<std::pair<std::int32_t, double>> cost_ratio;
     double cost_ratio_all = 1.0;  // the same over every shape
+    double cold_us = 0;           // a shape's first pass in a process over its second (0: not measured)
     double t_draft_us = 0;        // drafting time per step
     double t_draft_node_us = 0;   // ... per node asked for
     // Per batch-size class (1, 2, 3-4, 5-8, 9-16, 17+ requests; then the same for passes with a prediction), of

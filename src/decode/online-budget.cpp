@@ -48,6 +48,7 @@ online_budget::online_budget(cost_table table, online_budget_params params, cons
     auto         sane    = [](double r) { return r > 0.05 && r < 20; };
     const double t_plain = table_.predict_us(1, 0);
     if (sane(warm->cost_ratio_all)) ratio_all_ = warm->cost_ratio_all;
+    if (warm->cold_us > 0 && warm->cold_us < 100 * t_plain) cold_.add(warm->cold_us);
     for (const auto & [rows, ratio] : warm->cost_ratio) {
         if (rows >= 1 && rows < k_rows_flat && rows <= params_.n_max + 1 && sane(ratio)) {
             cost_est & e = est_for(rows, 1);
@@ -210,7 +211,9 @@ double online_budget::seq_us() const {
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     const std::int32_t threads = threads_of(n_rows, n_equal);
     const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) +
-                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : priced_change_us(n_rows, n_past, n_equal, threads));
+                           (same_shape(n_rows, n_equal, n_seqs)
+                                ? 0.0
+                                : std::max(priced_change_us(n_rows, n_past, n_equal, threads), cold_us(n_rows, n_equal)));
     return typical * slowdown(threads);
 }
 
@@ -267,6 +270,12 @@ double online_budget::rebuild_us() const {
     return rebuild_.n > 0 ? rebuild_.median : table_.rebuild_us * ratio_all_;
 }
 
+double online_budget::cold_us(std::int32_t n_rows, std::size_t n_equal) const {
+    // Several requests' passes change shape with the batch anyway; their shapes are not tracked.
+    if (n_equal != 1 || n_live_ != 1 || seen(n_rows) || cold_.n == 0) return 0.0;
+    return cold_.median;
+}
+
 double online_budget::drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     // Drafting is paid once per step whatever the step's size: leaving it out would favour the cheapest passes over
     // longer drafts that amortise it over more tokens.
@@ -279,7 +288,7 @@ online_budget::single_price online_budget::price_single(std::int32_t n_rows, std
     p.threads         = threads_of(n_rows, 1);
     const double slow = slowdown(p.threads);
     p.steady_us       = predict_on(n_rows, n_past, 1, n_seqs, p.threads) * slow;
-    p.change_us       = same_shape(n_rows, 1, n_seqs) ? 0.0 : change_us(p.threads, last_threads_) * slow;
+    p.change_us       = same_shape(n_rows, 1, n_seqs) ? 0.0 : std::max(change_us(p.threads, last_threads_), cold_us(n_rows, 1)) * slow;
     return p;
 }
 
@@ -737,6 +746,18 @@ void online_budget::observe_step(const step_report & r) {
     // persisted, they priced plain and 2-row passes dear for every later one-shot process, which verified 7-row
     // passes where 3 rows run twice as fast per token.
     const bool warm_up = cold || n_steps_ <= params_.warm_up_steps;
+    // One request's first pass of this shape in this process (see cold_us()); a warm-up pass is cold anyway.
+    bool first_use = false;
+    if (r.n_requests == 1 && r.n_equal == 1 && r.n_rows >= 1 && r.n_rows < k_rows_flat) {
+        if (seen_.size() <= (std::size_t) r.n_rows) seen_.resize((std::size_t) r.n_rows + 1, 0);
+        first_use = !seen_[(std::size_t) r.n_rows];
+        seen_[(std::size_t) r.n_rows] = 1;
+    }
+    // The pass after a shape's first one, if of that shape, says what the first paid for being first.
+    if (pending_cold_.first > 0 && same && r.n_rows == pending_cold_.first && r.t_pass_us > 0 && !warm_up) {
+        cold_.add(std::max(0.0, pending_cold_.second - r.t_pass_us));
+    }
+    pending_cold_ = {0, 0.0};
     if (!warm_up && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
@@ -764,6 +785,10 @@ void online_budget::observe_step(const step_report & r) {
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
     if (warm_up) {
         // No estimate from a warm-up pass (see `warm_up` above).
+    } else if (first_use) {
+        // Cold: what it took beyond the next pass of its shape (when one follows) is cold_us(); it sets neither a
+        // steady estimate (it priced the shape dear for forget_steps) nor the change's (every change).
+        pending_cold_ = {r.n_rows, t};
     } else if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
         // A branchy tree: what it took beyond a chain of its rows (and a change of shape), per extra sequence.
         const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + change;
@@ -842,6 +867,7 @@ budget_state online_budget::export_state() const {
     budget_state s;
     s.acceptance     = acceptance_;
     s.cost_ratio_all = ratio_all_;
+    s.cold_us        = cold_.n > 0 ? cold_.median : 0.0;
     s.t_draft_us     = t_draft_us_;
     for (std::size_t rows = 1; rows < single_.size(); ++rows) {
         // Only a median of several passes this process measured: a shape tried once or twice (and then avoided) is

@@ -111,6 +111,16 @@ class online_budget final : public budget_policy {
     // known, n_seqs as in step_report) differs from the last pass's, times the slowdown of its thread count: what a
     // step is priced at.
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
+    // What one request's first pass of n_rows rows in this process costs beyond the next one (0 once the process has
+    // run that shape), which a change to it is priced at when that is more than a change: llama.cpp's first graph of
+    // a shape, and the pass's memory, run cold. On the demo model a process's first 9-row pass took 626 us, its
+    // second 458; a one-shot `rest generate` that tried five shapes paid that five times in a 10 ms generation.
+    // Learned from such pairs of passes (observe_step()) and persisted, so that a short process keeps to the shapes
+    // it has run unless another earns its first pass.
+    double cold_us(std::int32_t n_rows, std::size_t n_equal) const;
+    bool   seen(std::int32_t n_rows) const {
+        return n_rows >= 0 && (std::size_t) n_rows < seen_.size() && seen_[(std::size_t) n_rows];
+    }
     // Realised gain of drafting for batches of n_requests (1: drafting pays as much as plain decoding).
     double gain(std::size_t n_requests, bool predicted = false) const;
     // Whether drafting, as chosen, beats plain decoding for the current class by more than the steps' spread explains.
@@ -266,6 +276,9 @@ class online_budget final : public budget_policy {
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     cost_est                                    rebuild_;          // microseconds a change of shape added
+    cost_est                                    cold_;             // a shape's first pass over its second
+    std::vector<char>                           seen_;             // [rows]: one request's shapes this process ran
+    std::pair<std::int32_t, double>             pending_cold_{0, 0.0};  // a first pass's rows and time
     std::vector<cost_est>                       switch_;           // [to threads]: ... and of thread count
     // [threads]: EMA over its shapes (0: none yet), and the drafting passes in it (see observe_step()).
     std::vector<std::pair<double, std::int64_t>> ratio_threads_;
