@@ -333,6 +333,7 @@ TEST_F(generate_cli, budget_state_is_saved_read_and_a_corrupt_one_ignored) {
     EXPECT_TRUE(state["version"].is_number_integer());
     EXPECT_FALSE(state["acceptance"].empty());
     EXPECT_TRUE(state.contains("shape_values"));
+    EXPECT_TRUE(state["cold_us"].is_number()) << "a shape's cold first pass, persisted";
 
     const auto second = gen("");  // warm
     ASSERT_EQ(second.code, 0) << second.err;
@@ -341,6 +342,7 @@ TEST_F(generate_cli, budget_state_is_saved_read_and_a_corrupt_one_ignored) {
 
     for (const std::string & junk : {std::string("{not json"), std::string("\x00\xff\x13garbage", 10),
                                      std::string("{\"format\": \"rest-budget-state\", \"version\": 999}"),
+                                     [&] { auto j = state; j["cold_us"] = "slow"; return j.dump(); }(),
                                      state.dump().substr(0, state.dump().size() / 2)}) {
         std::ofstream(file, std::ios::binary | std::ios::trunc) << junk;
         const auto r = gen("");

@@ -352,6 +352,7 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     bad.spent_us       = {1, 1, INFINITY};
     bad.n_off          = {1 << 30};
     bad.shape_values   = {0, NAN, 1e300};
+    bad.cold_us        = NAN;
     online_budget b(k_cpu, {}, &bad);
     // Finite but absurd values are ignored too: drafting a thousand plain steps' worth, a gain of a million.
     budget_state absurd;
@@ -361,6 +362,7 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     absurd.spent_us        = {77};
     absurd.cost_ratio      = {{1 << 30, 1.0}, {2, 1.0}};
     absurd.shape_values.assign(1 << 20, 0.0);  // more shapes than any pass has
+    absurd.cold_us = 1e300;
     online_budget a(k_cpu, {}, &absurd);
     const draft_tree good = chain(8, 0.9f);
     EXPECT_GT(choose_one(a, good), 0) << "an absurd drafting time from a file must not switch drafting off";
@@ -372,6 +374,8 @@ TEST(online_budget_run, malformed_warm_state_is_ignored) {
     EXPECT_TRUE(b.want_draft(2, false));
     EXPECT_TRUE(b.export_state().shape_values.empty()) << "a NaN or huge shape value is not taken";
     EXPECT_TRUE(a.export_state().shape_values.empty()) << "more shapes than a pass can have are not taken";
+    EXPECT_EQ(a.cold_us(4, 1), 0.0) << "an absurd cold pass is not taken";
+    EXPECT_EQ(b.cold_us(4, 1), 0.0);
 }
 
 }  // namespace
@@ -397,6 +401,8 @@ TEST(online_budget, a_shape_first_run_in_this_process_is_priced_at_what_its_cold
     EXPECT_NEAR(b.step_us(1, 10) - b.predict_us(1, 10), 100.0, 5.0) << "a change back to plain";
     EXPECT_LT(b.step_us(2, 10) - b.predict_us(2, 10), 1.0) << "the last pass's shape pays neither";
     EXPECT_NEAR(b.predict_us(2, 10), 200.0, 20.0) << "the cold pass sets no steady estimate";
+    b.observe_step(step_of(2, 150, 0, 2, true));
+    EXPECT_NEAR(b.cold_us(3, 1), 600.0, 1.0) << "only a shape's first pass is cold";
 
     const budget_state saved = b.export_state();
     EXPECT_NEAR(saved.cold_us, 600.0, 1.0);

@@ -232,8 +232,9 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two
     // drafting shapes this charges the change itself plus the difference of their ways back (which differ when
     // their thread counts do).
-    // One request's steps are charged the change alone: the learned values of its shapes (learn_values()) say what
-    // being at a shape is worth over the steps that follow, plain's among them.
+    // One request's steps are charged the change alone (step_us() adds a shape's cold first pass, cold_us()): the
+    // learned values of its shapes (learn_values()) say what being at a shape is worth over the steps that follow,
+    // plain's among them.
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
     if (n_req == 1) return change_us(threads, last_threads_);
     const bool         drafting = n_rows > (std::int32_t) n_req;
@@ -758,7 +759,8 @@ void online_budget::observe_step(const step_report & r) {
         cold_.add(std::max(0.0, pending_cold_.second - r.t_pass_us));
     }
     pending_cold_ = {0, 0.0};
-    if (!warm_up && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+    if (!warm_up && !first_use && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+        // (A first pass of its shape is slower for being first: cold_us(), not the machine's load.)
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
         const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
@@ -787,8 +789,9 @@ void online_budget::observe_step(const step_report & r) {
         // No estimate from a warm-up pass (see `warm_up` above).
     } else if (first_use) {
         // Cold: what it took beyond the next pass of its shape (when one follows) is cold_us(); it sets neither a
-        // steady estimate (it priced the shape dear for forget_steps) nor the change's (every change).
-        pending_cold_ = {r.n_rows, t};
+        // steady estimate (it priced the shape dear for forget_steps) nor the change's (every change). A first pass
+        // that also changed the thread count paid that switch too (switch_, up to 2.5 ms on stories260K): no sample.
+        if (t > 0 && !other_threads) pending_cold_ = {r.n_rows, t};
     } else if (r.n_equal > 0 && base > 0 && t > 0 && extra > 0) {
         // A branchy tree: what it took beyond a chain of its rows (and a change of shape), per extra sequence.
         const double chain = predict_us(r.n_rows, r.n_past, r.n_equal) + change;

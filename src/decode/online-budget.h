@@ -6,8 +6,9 @@
 //    own score is the prior, prior_weight pseudo-observations strong);
 //  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
 //    start-up table, which is only the prior; an estimate not re-measured fades back to the ratio shared by all
-//    shapes on its thread count, so one stale reading cannot keep a length switched off; and what a change of shape
+//    shapes on its thread count, so one stale reading cannot keep a length switched off; what a change of shape
 //    adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned from the passes that changed;
+//    and what a shape's first pass in the process costs over its second (cold_us()), which those passes do not set;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included, and the graph rebuild of the plain pass that ends a drafting run;
 //    a process's first pass, cold, is not measured), both means of measured steps, except that a steady plain step
@@ -107,9 +108,9 @@ class online_budget final : public budget_policy {
     // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
     // takes 1.0), learned from the branchy passes themselves (0 until one is seen).
     double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
-    // The same plus what a change of shape is priced at (priced_change_us()) if the shape (rows, n_equal and, when
-    // known, n_seqs as in step_report) differs from the last pass's, times the slowdown of its thread count: what a
-    // step is priced at.
+    // The same plus what a change of shape is priced at (priced_change_us(), or a shape's cold first pass where that
+    // is more: cold_us()) if the shape (rows, n_equal and, when known, n_seqs as in step_report) differs from the
+    // last pass's, times the slowdown of its thread count: what a step is priced at.
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
     // What one request's first pass of n_rows rows in this process costs beyond the next one (0 once the process has
     // run that shape), which a change to it is priced at when that is more than a change: llama.cpp's first graph of
@@ -206,7 +207,7 @@ class online_budget final : public budget_policy {
     static constexpr std::int32_t k_rows_flat = 4096;
     double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const;
     // step_us() of one request's pass in parts: its steady time and the change charged if its shape is not the last
-    // pass's (priced_change_us() charges one request the change alone), both times its threads' slowdown.
+    // pass's (the change alone, or the shape's cold first pass where that is more), both times its threads' slowdown.
     struct single_price {
         double       steady_us = 0, change_us = 0;
         std::int32_t threads   = 0;
