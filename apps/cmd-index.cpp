@@ -74,7 +74,17 @@ std::string escape(const std::string & s) {
     return out;
 }
 
-// Two appends (or an append and a compact) of one index would each rename their file over it, and the last would
+// An index given through a symlink is written (and locked) at the link's target: renaming the new file over the
+// link itself replaced the link with a file and left the target, which other links still name, as it was.
+std::string write_target(const std::string & path) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(path, ec)) return path;
+    const auto target = std::filesystem::canonical(path, ec);
+    if (ec) throw rest::user_error("cannot resolve the symlink '" + path + "': " + ec.message());
+    return target.string();
+}
+
+// Two writers of one index (builds, appends, compacts) would each rename their file over it, and the last would
 // drop the other's documents: each holds an exclusive lock on INDEX.lock while it runs (released when it exits).
 void lock_index(const std::string & path) {
     const std::string lock = path + ".lock";
@@ -84,7 +94,8 @@ void lock_index(const std::string & path) {
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
         ::close(fd);
-        throw rest::user_error("index '" + path + "' is being appended to or compacted by another process (" + lock + ")");
+        throw rest::user_error("index '" + path + "' is being built, appended to or compacted by another process (" + lock +
+                               ")");
     }
 }
 
@@ -251,14 +262,6 @@ void run_build(const build_args & a) {
     // them): tens of MB held through the suffix sort, the build's peak. A fixed threshold returns them at once.
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
-    for (const auto & in : a.inputs) {
-        // The index is written over its path when done: an input given as the output would be lost.
-        std::error_code ec;
-        if (std::filesystem::equivalent(in, a.output, ec)) {
-            throw rest::user_error("the output '" + a.output + "' is also an input ('" + in +
-                                   "'): it would be overwritten");
-        }
-    }
     rest::llama_log_quiet();
     const auto tok = rest::load_tokenizer(a.model);
 
@@ -274,6 +277,9 @@ void run_build(const build_args & a) {
     p.n_threads = a.n_threads > 0 ? a.n_threads : std::max(1u, std::thread::hardware_concurrency());
     p.index.n_shard_tokens_max = a.shard_tokens;
     std::uint64_t base_docs = 0, base_tokens = 0;
+    if (std::filesystem::is_directory(a.output)) {
+        throw rest::user_error("the output '" + a.output + "' is a directory");
+    }
     if (a.append) {
         // A one-line error for a missing or bad index; the builder reads the base once.
         const auto base = rest::datastore::open(a.output, 0, "", rest::datastore::access::one_pass);
@@ -281,6 +287,8 @@ void run_build(const build_args & a) {
         base_docs       = base->info().n_documents;
         base_tokens     = base->info().n_tokens;
         p.index.base    = a.output;
+    } else {
+        lock_index(a.output);
     }
 
     const bool    tty = ::isatty(STDERR_FILENO) != 0;
@@ -378,7 +386,8 @@ void run_inspect(const std::string & path, bool as_json) {
                 {{"text_tokens", s.n_tokens()}, {"suffixes", s.n_suffixes()}, {"bigram_table", s.has_bigram_table()}});
         }
         j["shard_sizes"] = shards;
-        std::printf("%s\n", j.dump(2).c_str());
+        // Text from the file (a description) may hold invalid UTF-8: replaced, not thrown on.
+        std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         return;
     }
     std::printf("index:          %s\n", path.c_str());
@@ -528,7 +537,10 @@ void add_index_command(CLI::App & root) {
         ->required();
     build->add_option("-o,--output", b->output, "Index file to write (atomically)")->required();
     add_corpus_options(build, *b);
-    build->callback([b] { run_build(*b); });
+    build->callback([b] {
+        b->output = write_target(b->output);
+        run_build(*b);
+    });
 
     auto   ap     = std::make_shared<build_args>();
     auto * append = idx->add_subcommand(
@@ -539,6 +551,7 @@ void add_index_command(CLI::App & root) {
     add_corpus_options(append, *ap);
     append->callback([ap] {
         ap->append = true;
+        ap->output = write_target(ap->output);
         run_build(*ap);
     });
 
@@ -549,7 +562,7 @@ void add_index_command(CLI::App & root) {
     compact->add_option("--shard-tokens", *ctokens, "Most tokens per shard (0: a suffix array's reach)")
         ->check(shard_tokens_check())
         ->capture_default_str();
-    compact->callback([cpath, ctokens] { run_compact(*cpath, *ctokens); });
+    compact->callback([cpath, ctokens] { run_compact(write_target(*cpath), *ctokens); });
 
     auto   vpath  = std::make_shared<std::string>();
     auto * verify = idx->add_subcommand("verify", "Check every section checksum of an index");

@@ -2,13 +2,32 @@
 #include "llama-args.h"
 #include "rest/types.h"
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <new>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+namespace {
+
+// The model and the indexes are memory-mapped: a file truncated or rewritten in place while mapped (`cp new.idx
+// in-use.idx`) makes the next read of a lost page SIGBUS, which killed a generation with "Bus error". One line
+// instead, that says how to replace such a file (rest's own writers rename a new file over the old one).
+extern "C" void on_sigbus(int) {
+    static const char msg[] = "rest: error: a memory-mapped file (the model or an index) was truncated or rewritten "
+                              "while in use; replace such files by renaming a new file over them\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);  // async-signal-safe
+    (void) ignored;
+    ::_exit(1);
+}
+
+}  // namespace
+
 int main(int argc, char ** argv) {
+    std::signal(SIGBUS, on_sigbus);
     CLI::App app{"rest.cpp: lossless retrieval-based speculative decoding (REST) for llama.cpp models", "rest"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "rest.cpp 0.1.0");

@@ -58,6 +58,19 @@ std::size_t after_key(const std::string & bytes, const std::string & key) {
 
 // Metadata llama.cpp aborts on (exit 134) instead of refusing: a vocabulary whose token text repeats (one flipped
 // byte does it) and a layer count of 0. Each is a one-line error before llama.cpp sees the file.
+// A mapped file truncated or rewritten in place (`cp new.idx in-use.idx`) makes the next read of a lost page
+// SIGBUS: one line that says how to replace such files, exit 1, not "Bus error". Sent here (to a server, which runs
+// until stopped), not provoked: when a truncation lands is a race.
+TEST_F(generate_cli, a_bus_error_is_one_line) {
+    const std::string cmd = shell_quote(bin_) + " serve -m " + shell_quote(model_) +
+                            " --port 0 -t 1 --np 1 & p=$!; sleep 2; kill -BUS $p; wait $p";
+    const auto r = run_cli("/bin/sh", "-c " + shell_quote(cmd), dir_);
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_FALSE(r.signaled);
+    EXPECT_TRUE(r.ends_in_error()) << r.err;
+    EXPECT_NE(r.err.find("truncated or rewritten while in use"), std::string::npos) << r.err;
+}
+
 TEST_F(generate_cli, corrupt_model_metadata_fails_cleanly) {
     std::ifstream     in(model_, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -118,6 +121,53 @@ TEST_F(index_cli, an_input_given_as_the_output_is_refused) {
     EXPECT_FALSE(r.signaled);
     EXPECT_NE(r.code, 0) << r.err;
     EXPECT_FALSE(fs::exists(dir_ + "/x.idx"));
+}
+
+// The same for an output found by walking a directory given as input (`-o DIR/a.py DIR` overwrote a.py), and for a
+// device as input (/dev/zero was read whole, hundreds of MB a second, before any check).
+TEST_F(index_cli, an_output_found_in_an_input_directory_and_a_device_are_refused) {
+    const std::string sub = dir_ + "/src";
+    fs::create_directories(sub);
+    std::ofstream(sub + "/a.py") << "def a():\n    return 1\n";
+    std::ofstream(sub + "/b.py") << "def b():\n    return 2\n";
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(sub + "/a.py") + " " +
+                              shell_quote(sub)),
+                          {"also an input", "a.py"});
+    EXPECT_EQ(slurp(sub + "/a.py"), "def a():\n    return 1\n");
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/z.idx") + " /dev/zero"),
+                          {"/dev/zero", "device"});
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(sub) + " " +
+                              shell_quote(sub + "/b.py")),
+                          {"is a directory"});
+}
+
+// Writers of one index exclude each other through INDEX.lock: a build too (it was not, and an append running beside
+// it renamed its own file over the build's). An index named through a symlink is written at the link's target, and
+// the link stays a link.
+TEST_F(index_cli, a_build_waits_for_no_writer_and_a_symlinked_index_stays_linked) {
+    const std::string idx = build_good();
+    const int         fd  = ::open((idx + ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    const std::string txt = write("more.txt", "int sub(int a, int b) { return a - b; }\n");
+    const std::string before = slurp(idx);
+    expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(idx) + " " + shell_quote(txt)),
+                          {"another process"});
+    EXPECT_EQ(slurp(idx), before);
+    ::close(fd);
+
+    const std::string link = dir_ + "/current.idx";
+    fs::create_symlink(idx, link);
+    const run_result a = run("index append -m " + shell_quote(spm_) + " " + shell_quote(link) + " " + shell_quote(txt));
+    ASSERT_EQ(a.code, 0) << a.err;
+    EXPECT_TRUE(fs::is_symlink(link));
+    EXPECT_NE(slurp(idx), before) << "the target holds the appended shard";
+    const run_result c = run("index compact " + shell_quote(link));
+    ASSERT_EQ(c.code, 0) << c.err;
+    EXPECT_TRUE(fs::is_symlink(link));
+    const run_result i = run("index inspect --json " + shell_quote(idx));
+    ASSERT_EQ(i.code, 0) << i.err;
+    EXPECT_NE(i.out.find("\"shards\": 1,"), std::string::npos) << i.out;
 }
 
 TEST_F(index_cli, missing_model) {

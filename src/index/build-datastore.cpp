@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -66,6 +67,14 @@ corpus_build_summary build_datastore(const std::string & path, const std::vector
         throw user_error("no inputs given");
     }
     std::vector<corpus_file> files = list_corpus_files(inputs, params.corpus);
+    // The index is written over `path` when done: an input that is the output, named or found in a directory
+    // walked, would be lost (`build -o DIR/a.py DIR` overwrote a.py).
+    for (const auto & f : files) {
+        std::error_code ec;
+        if (f.path != "-" && std::filesystem::equivalent(f.path, path, ec)) {
+            throw user_error("the output '" + path + "' is also an input ('" + f.path + "'): it would be overwritten");
+        }
+    }
     if (files.empty()) {
         throw user_error("empty corpus: the inputs hold no files" +
                          std::string(params.corpus.include.empty() ? "" : " matching --include"));

@@ -166,6 +166,10 @@ std::vector<corpus_file> list_corpus_files(const std::vector<std::string> & inpu
             throw user_error("cannot read input '" + in + "': " +
                              (ec ? ec.message() : std::string("No such file or directory")));
         }
+        if (fs::is_character_file(st) || fs::is_block_file(st)) {
+            // Read whole before any check, /dev/zero grew by 250 MB/s until memory ran out.
+            throw user_error("input '" + in + "' is a device, not a file");
+        }
         if (fs::is_directory(st)) {
             std::vector<corpus_file> found;
             fs::recursive_directory_iterator it(in, fs::directory_options::skip_permission_denied, ec), end;
