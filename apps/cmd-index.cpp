@@ -97,6 +97,11 @@ void lock_index(const std::string & path) {
         throw rest::user_error("index '" + path + "' is being built, appended to or compacted by another process (" + lock +
                                ")");
     }
+    // With the lock held no other writer of this index runs: its temp files are those of writers killed mid-write.
+    if (const std::size_t n = rest::remove_stale_temps(path)) {
+        std::fprintf(stderr, "rest: removed %zu temp file(s) of '%s' left by a writer that stopped mid-write\n", n,
+                     path.c_str());
+    }
 }
 
 // The temp file of the build in progress, removed if the build is interrupted (the builder removes it on errors).

@@ -170,6 +170,24 @@ TEST_F(index_cli, a_build_waits_for_no_writer_and_a_symlinked_index_stays_linked
     EXPECT_NE(i.out.find("\"shards\": 1,"), std::string::npos) << i.out;
 }
 
+// A writer killed mid-write leaves INDEX.tmp.PID, which nothing renamed or removed: the next writer of that index
+// removes those no live writer holds locked, and keeps one that is held.
+TEST_F(index_cli, a_dead_writers_temp_file_is_removed_by_the_next_writer) {
+    const std::string idx  = build_good();
+    const std::string dead = idx + ".tmp.424242", live = idx + ".tmp.424243", other = idx + ".tmp.42x";
+    for (const auto & f : {dead, live, other}) std::ofstream(f) << "partial";
+    const int fd = ::open(live.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    const run_result c = run("index compact " + shell_quote(idx));
+    ::close(fd);
+    ASSERT_EQ(c.code, 0) << c.err;
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(live)) << "a live writer's";
+    EXPECT_TRUE(fs::exists(other)) << "not a temp file's name";
+    EXPECT_NE(c.err.find("removed 1 temp file"), std::string::npos) << c.err;
+}
+
 TEST_F(index_cli, missing_model) {
     const std::string txt = write("a.txt", "text");
     expect_one_line_error(run("index build -m " + shell_quote(dir_ + "/no-model.gguf") + " -o " + shell_quote(dir_ + "/x.idx") +

@@ -41,25 +41,14 @@ std::string printable(const std::string & n) {
 }
 
 // A corpus file's temporary copy (NAME.idx.tmp.PID, see datastore_temp_path()) left by a server killed while it
-// wrote one: nothing will rename or remove it. Its writer holds an flock on it while it lives (atomic_file_writer),
-// so one that can be locked is a dead writer's; another server writing into the directory keeps its own.
-void remove_if_stale_temp(const fs::path & p) {
-    // Exactly what datastore_temp_path() writes (NAME.idx.tmp.DIGITS): a corpus may be named "x.idx.tmp.1", and its
-    // file, "x.idx.tmp.1.idx", is no temp file.
+// wrote one: nothing will rename or remove it (remove_if_stale_temp() tells a dead writer's from a live one's).
+void remove_dead_writers_temp(const fs::path & p) {
+    // Only NAME.idx.tmp.DIGITS: a corpus may be named "x.idx.tmp.1", and its file, "x.idx.tmp.1.idx", is no temp.
     const std::string name = p.filename().string();
-    const auto        at   = name.rfind(".idx.tmp.");
-    if (at == std::string::npos || at + 9 == name.size() ||
-        name.find_first_not_of("0123456789", at + 9) != std::string::npos) {
-        return;
-    }
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    const bool stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-    std::error_code ec;
-    if (stale && fs::remove(p, ec)) {
+    if (name.rfind(".idx.tmp.") == std::string::npos) return;
+    if (rest::remove_if_stale_temp(p.string())) {
         std::fprintf(stderr, "rest serve: removed %s, left by a server that stopped mid-write\n", p.c_str());
     }
-    ::close(fd);
 }
 
 }  // namespace
@@ -90,7 +79,7 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
         std::vector<std::string> files;
         for (const auto & e : fs::directory_iterator(dir_)) {
             if (e.path().extension() == ".idx" && e.is_regular_file()) files.push_back(e.path().string());
-            remove_if_stale_temp(e.path());
+            remove_dead_writers_temp(e.path());
         }
         std::sort(files.begin(), files.end());
         for (const auto & f : files) add_file(f, false);

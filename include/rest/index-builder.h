@@ -91,6 +91,12 @@ datastore_info append_merging(const std::string & path, std::span<const std::vec
 // The temp file a build of `path` writes in this process (path + ".tmp." + pid), so a front end's signal handler
 // can remove it when the build is interrupted.
 std::string datastore_temp_path(const std::string & path);
+// Whether `temp` is such a file (NAME.tmp.DIGITS) whose writer is gone (none holds its flock: a writer holds it
+// for as long as it lives, also where its pid is reused, as a container's pid 1), and if so removes it.
+bool remove_if_stale_temp(const std::string & temp);
+// The same for every temp file of `path` in its directory (a writer killed mid-write leaves one nothing removes).
+// Returns how many were removed.
+std::size_t remove_stale_temps(const std::string & path);
 
 // Writes a datastore from already-tokenized documents (atomically: temp file, fsync, rename).
 // Used by tests and benchmarks that make synthetic corpora. n_threads is accepted for API stability; the sort is

@@ -25,6 +25,41 @@ std::string datastore_temp_path(const std::string & path) {
     return path + ".tmp." + std::to_string(::getpid());
 }
 
+bool remove_if_stale_temp(const std::string & temp) {
+    // Exactly NAME.tmp.DIGITS, what datastore_temp_path() writes.
+    const std::string name = std::filesystem::path(temp).filename().string();
+    const auto        at   = name.rfind(".tmp.");
+    if (at == std::string::npos || at == 0 || at + 5 == name.size() ||
+        name.find_first_not_of("0123456789", at + 5) != std::string::npos) {
+        return false;
+    }
+    const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    struct stat st {};
+    const bool stale = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    std::error_code ec;
+    const bool removed = stale && std::filesystem::remove(temp, ec);
+    ::close(fd);
+    return removed;
+}
+
+std::size_t remove_stale_temps(const std::string & path) {
+    namespace fs = std::filesystem;
+    const fs::path    p(path);
+    const fs::path    dir  = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    const std::string stem = p.filename().string() + ".tmp.";
+    std::size_t       n    = 0;
+    std::error_code   ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() > stem.size() && name.compare(0, stem.size(), stem) == 0 &&
+            remove_if_stale_temp(it->path().string())) {
+            ++n;
+        }
+    }
+    return n;
+}
+
 std::string errno_text() {
     return std::strerror(errno);
 }
