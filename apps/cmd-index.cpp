@@ -349,7 +349,12 @@ void run_compact(const std::string & path, std::uint64_t shard_tokens) {
     p.n_shard_tokens_max = shard_tokens;
     const auto after = [&] {
         temp_file_on_interrupt guard(path);
-        return rest::compact_datastore(path, p);
+        try {
+            return rest::compact_datastore(path, p);
+        } catch (const rest::user_error & e) {
+            // What the builder finds wrong in the shards it reads names no file: this one.
+            throw rest::user_error("cannot compact '" + path + "': " + e.what());
+        }
     }();
     std::printf("compacted %s: %zu shard(s) -> %zu, %llu tokens, %llu -> %llu bytes in %.1f s\n", path.c_str(),
                 before.n_shards, after.n_shards, (unsigned long long) after.n_tokens,
@@ -499,7 +504,12 @@ void run_query(const query_args & a) {
 CLI::Validator shard_tokens_check() {
     return CLI::Validator(
         [](const std::string & v) -> std::string {
+            // Digits only: strtoull reads "-1" as its maximum, and an overflow as it too.
+            errno = 0;
             const unsigned long long n = std::strtoull(v.c_str(), nullptr, 10);
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE) {
+                return "--shard-tokens must be a whole number of tokens, not '" + v + "'";
+            }
             return n == 0 || n >= 65536 ? "" : "--shard-tokens must be 0 (a suffix array's reach) or at least 65536";
         },
         "0 or >= 65536");
