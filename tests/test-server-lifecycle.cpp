@@ -127,6 +127,30 @@ TEST(ServerLifecycle, DefaultBudgetIsLosslessAndChatFallsBackToChatML) {
     EXPECT_NE(srv.log_tail().find("warning: the model has no chat template"), std::string::npos) << srv.log_tail();
 }
 
+// A second server on the port or the --corpus-dir of a running one refuses to start. With cpp-httplib's default
+// SO_REUSEPORT the second listened on the same port and the two split the requests; two servers on one corpus
+// directory wrote over each other's files and lost documents both had acknowledged.
+TEST(ServerLifecycle, ASecondServerOnThePortOrTheCorpusDirOfARunningOneRefusesToStart) {
+    const std::string dir = tmp_dir() + "/lifecycle-corpora";
+    std::filesystem::remove_all(dir);
+    const std::string model = fixture_model(spm());
+    server_process    first;
+    ASSERT_EQ(first.start({"-m", model, "--no-spec", "-t", "1", "--np", "1", "--corpus-dir", dir},
+                          tmp_dir() + "/lifecycle-first.log"),
+              "");
+    // Under `timeout`: before the fix the second server ran (the test must fail, not hang).
+    const auto [out1, rc1] = run_command("timeout 30 " + rest_bin() + " serve --no-spec -t 1 -m " + model + " --port " +
+                                         std::to_string(first.port()), true);
+    EXPECT_EQ(rc1, 1);
+    EXPECT_NE(out1.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos) << out1;
+    const auto [out2, rc2] = run_command("timeout 30 " + rest_bin() + " serve --no-spec -t 1 -m " + model +
+                                         " --port 0 --corpus-dir " + dir, true);
+    EXPECT_EQ(rc2, 1);
+    EXPECT_NE(out2.find("is in use by another server"), std::string::npos) << out2;
+    first.signal(SIGTERM);
+    EXPECT_EQ(first.wait_exit(60), 0) << first.log_tail();
+}
+
 TEST(ServerLifecycle, StartupErrorsExitOneWithOneLine) {
     const auto [out1, rc1] = run_command(rest_bin() + " serve -m " + tmp_dir() + "/no-such-model.gguf --port 0");
     EXPECT_EQ(rc1, 1);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace fs = std::filesystem;
@@ -76,6 +77,14 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
         if (ec || !fs::is_directory(dir_)) {
             throw rest::user_error("--corpus-dir '" + dir_ + "' is not a directory we can create or use");
         }
+        const std::string lock = (fs::path(dir_) / ".lock").string();
+        lock_fd_               = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lock_fd_ < 0) throw rest::user_error("cannot create '" + lock + "': " + std::strerror(errno));
+        if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+            ::close(lock_fd_);
+            lock_fd_ = -1;
+            throw rest::user_error("--corpus-dir '" + dir_ + "' is in use by another server (" + lock + ")");
+        }
         std::vector<std::string> files;
         for (const auto & e : fs::directory_iterator(dir_)) {
             if (e.path().extension() == ".idx" && e.is_regular_file()) files.push_back(e.path().string());
@@ -97,6 +106,10 @@ void corpus_set::rebuild_all() {
     all_ = rest::datastore::combine(std::move(parts), names);
 }
 
+corpus_set::~corpus_set() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
 std::string corpus_set::path_of(const std::string & name) const {
     return (fs::path(dir_) / (name + ".idx")).string();
 }
@@ -104,7 +117,9 @@ std::string corpus_set::path_of(const std::string & name) const {
 void corpus_set::check(const std::vector<std::string> & names) const {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto & n : names) {
-        if (!entries_.count(n)) throw corpus_error(400, "unknown corpus '" + n + "' (GET /v1/corpora lists them)");
+        if (!entries_.count(n)) {
+            throw corpus_error(400, "unknown corpus '" + printable(n) + "' (GET /v1/corpora lists them)");
+        }
     }
 }
 

@@ -45,7 +45,8 @@ std::pair<std::string, std::vector<std::string>> corpus_request(const std::strin
 }
 
 api_error from(const corpus_error & e) {
-    return api_error(e.status, e.what(), e.status == 404 ? "not_found_error" : "invalid_request_error", "name", "");
+    const char * type = e.status == 404 ? "not_found_error" : e.status >= 500 ? "server_error" : "invalid_request_error";
+    return api_error(e.status, e.what(), type, e.status >= 500 ? "" : "name", "");
 }
 
 }  // namespace

@@ -190,8 +190,12 @@ void server::impl::setup_http() {
     http.set_tcp_nodelay(true);
     // cpp-httplib listens with a backlog of 5: a burst of connections overflows it, and each dropped SYN costs its
     // client a 1 s retransmit. Keep the listening socket to raise the backlog once it is bound (listen() again).
+    // Not httplib's default options: with its SO_REUSEPORT a second server on a port in use started and the two
+    // split the requests (and, with one corpus directory, each other's corpora). SO_REUSEADDR only rebinds a port
+    // whose old connections linger.
     http.set_socket_options([this](socket_t sock) {
-        httplib::default_socket_options(sock);
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
         listen_fd = sock;
     });
 
