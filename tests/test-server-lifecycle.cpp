@@ -3,11 +3,17 @@
 // chat requests with a clear 400, and start-up errors exit 1 with one line.
 #include "test-server-util.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <filesystem>
+#include <chrono>
+#include <atomic>
 #include <thread>
 
 using json = nlohmann::json;
@@ -127,28 +133,46 @@ TEST(ServerLifecycle, DefaultBudgetIsLosslessAndChatFallsBackToChatML) {
     EXPECT_NE(srv.log_tail().find("warning: the model has no chat template"), std::string::npos) << srv.log_tail();
 }
 
-// A second server on the port or the --corpus-dir of a running one refuses to start. With cpp-httplib's default
-// SO_REUSEPORT the second listened on the same port and the two split the requests; two servers on one corpus
-// directory wrote over each other's files and lost documents both had acknowledged.
-TEST(ServerLifecycle, ASecondServerOnThePortOrTheCorpusDirOfARunningOneRefusesToStart) {
+// A second server on the port of a running one refuses to start: with cpp-httplib's default SO_REUSEPORT it
+// listened on the same port and the two split the requests. Servers that share a --corpus-dir (replicas) write a
+// corpus in turn, each onto the file as the other left it (NAME.idx.lock): two appends at once each renamed their
+// file over the other's and lost documents both had acknowledged.
+TEST(ServerLifecycle, ServersShareACorpusDirInTurnAndNotAPort) {
     const std::string dir = tmp_dir() + "/lifecycle-corpora";
     std::filesystem::remove_all(dir);
-    const std::string model = fixture_model(spm());
-    server_process    first;
-    ASSERT_EQ(first.start({"-m", model, "--no-spec", "-t", "1", "--np", "1", "--corpus-dir", dir},
-                          tmp_dir() + "/lifecycle-first.log"),
-              "");
+    const std::string              model = fixture_model(spm());
+    const std::vector<std::string> args  = {"-m", model, "--no-spec", "-t", "1", "--np", "1", "--corpus-dir", dir};
+    server_process                 first, second;
+    ASSERT_EQ(first.start(args, tmp_dir() + "/lifecycle-first.log"), "");
     // Under `timeout`: before the fix the second server ran (the test must fail, not hang).
     const auto [out1, rc1] = run_command("timeout 30 " + rest_bin() + " serve --no-spec -t 1 -m " + model + " --port " +
                                          std::to_string(first.port()), true);
     EXPECT_EQ(rc1, 1);
     EXPECT_NE(out1.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos) << out1;
-    const auto [out2, rc2] = run_command("timeout 30 " + rest_bin() + " serve --no-spec -t 1 -m " + model +
-                                         " --port 0 --corpus-dir " + dir, true);
-    EXPECT_EQ(rc2, 1);
-    EXPECT_NE(out2.find("is in use by another server"), std::string::npos) << out2;
+
+    ASSERT_EQ(second.start(args, tmp_dir() + "/lifecycle-second.log"), "");
+    const client a(first.port()), b(second.port());
+    ASSERT_EQ(a.post("/v1/corpora", nlohmann::json{{"name", "k"}, {"text", "one"}}).status, 200);
+    // While another writer holds the corpus file's lock, a POST waits for it.
+    const int fd = ::open((dir + "/k.idx.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    std::atomic<int> status{0};
+    std::thread      post([&] { status = b.post("/v1/corpora", nlohmann::json{{"name", "k"}, {"text", "two"}}).status; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_EQ(status.load(), 0) << "the POST did not wait for the lock";
+    ::close(fd);
+    post.join();
+    EXPECT_EQ(status.load(), 200);
+    // The second server appended onto the first's file: both documents are there.
+    const http_reply g = b.get("/v1/corpora");
+    ASSERT_EQ(g.status, 200);
+    ASSERT_EQ(g.json["data"].size(), 1u) << g.body;
+    EXPECT_EQ(g.json["data"][0]["n_documents"], 2) << g.body;
     first.signal(SIGTERM);
+    second.signal(SIGTERM);
     EXPECT_EQ(first.wait_exit(60), 0) << first.log_tail();
+    EXPECT_EQ(second.wait_exit(60), 0) << second.log_tail();
 }
 
 TEST(ServerLifecycle, StartupErrorsExitOneWithOneLine) {

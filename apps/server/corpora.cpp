@@ -52,6 +52,27 @@ void remove_dead_writers_temp(const fs::path & p) {
     }
 }
 
+// Held while a corpus file is written or removed, by every process writing it (NAME.idx.lock, the lock `rest index
+// append` takes too): servers that share a --corpus-dir (replicas, docs/deployment.md) then append in turn, each
+// onto the file as the other left it, where two appends at once each renamed their file over the other's and lost
+// documents both had acknowledged.
+class file_write_lock {
+  public:
+    explicit file_write_lock(const std::string & path) {
+        const std::string lock = path + ".lock";
+        fd_                    = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd_ < 0) throw rest::user_error("cannot create '" + lock + "': " + std::strerror(errno));
+        while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+        }
+    }
+    ~file_write_lock() { ::close(fd_); }
+    file_write_lock(const file_write_lock &)             = delete;
+    file_write_lock & operator=(const file_write_lock &) = delete;
+
+  private:
+    int fd_ = -1;
+};
+
 }  // namespace
 
 corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::string & dir,
@@ -77,14 +98,6 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
         if (ec || !fs::is_directory(dir_)) {
             throw rest::user_error("--corpus-dir '" + dir_ + "' is not a directory we can create or use");
         }
-        const std::string lock = (fs::path(dir_) / ".lock").string();
-        lock_fd_               = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (lock_fd_ < 0) throw rest::user_error("cannot create '" + lock + "': " + std::strerror(errno));
-        if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-            ::close(lock_fd_);
-            lock_fd_ = -1;
-            throw rest::user_error("--corpus-dir '" + dir_ + "' is in use by another server (" + lock + ")");
-        }
         std::vector<std::string> files;
         for (const auto & e : fs::directory_iterator(dir_)) {
             if (e.path().extension() == ".idx" && e.is_regular_file()) files.push_back(e.path().string());
@@ -104,10 +117,6 @@ void corpus_set::rebuild_all() {
         names.push_back(name);
     }
     all_ = rest::datastore::combine(std::move(parts), names);
-}
-
-corpus_set::~corpus_set() {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 std::string corpus_set::path_of(const std::string & name) const {
@@ -152,8 +161,12 @@ corpus_info corpus_set::add(const std::string & name, const std::vector<std::vec
     // Merging the small trailing shards as it appends: a corpus grown one document per request kept one shard per
     // request (300 requests: 300 shards, 669 bytes a token, and every lookup searched each).
     const std::string path = path_of(name);
-    rest::append_merging(path, documents, rest::identity_of(tok_));
-    auto ds = std::shared_ptr<const rest::datastore>(rest::datastore::open(path, tok_.fingerprint(), tok_.description()));
+    std::shared_ptr<const rest::datastore> ds;
+    {
+        const file_write_lock locked(path);
+        rest::append_merging(path, documents, rest::identity_of(tok_));
+        ds = rest::datastore::open(path, tok_.fingerprint(), tok_.description());
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     entries_[name] = {ds, path, false};
     rebuild_all();
@@ -167,6 +180,7 @@ void corpus_set::remove(const std::string & name) {
     if (it == entries_.end()) throw corpus_error(404, "no corpus named '" + printable(name) + "'");
     if (it->second.read_only) throw corpus_error(400, "corpus '" + name + "' is an --index file: it cannot be deleted here");
     std::error_code ec;
+    const file_write_lock locked(it->second.path);
     fs::remove(it->second.path, ec);
     if (ec) throw corpus_error(500, "cannot delete '" + it->second.path + "': " + ec.message());
     entries_.erase(it);  // requests drafting from it keep their snapshot until they end

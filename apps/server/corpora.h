@@ -32,9 +32,6 @@ class corpus_set {
     // Opens the --index files and every DIR/*.idx (DIR is created if missing; "" : no writable corpora). Throws
     // user_error for a bad file or two corpora of one name.
     corpus_set(const std::vector<std::string> & index_paths, const std::string & dir, const rest::tokenizer & tok);
-    ~corpus_set();
-    corpus_set(const corpus_set &)             = delete;
-    corpus_set & operator=(const corpus_set &) = delete;
 
     // The datastore of these corpora (empty: all), or nullptr when there is none. Names that no longer exist are
     // skipped (a corpus deleted after the request was accepted). The result stays valid while held.
@@ -67,7 +64,4 @@ class corpus_set {
     std::map<std::string, entry>           entries_;
     std::shared_ptr<const rest::datastore> all_;
     std::shared_ptr<const rest::datastore> indexes_;
-    // DIR/.lock, held while the server lives: a second server on the same directory wrote over the first's files
-    // and lost documents both had acknowledged.
-    int                                    lock_fd_ = -1;
 };
