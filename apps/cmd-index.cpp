@@ -77,11 +77,16 @@ std::string escape(const std::string & s) {
 // An index given through a symlink is written (and locked) at the link's target: renaming the new file over the
 // link itself replaced the link with a file and left the target, which other links still name, as it was.
 std::string write_target(const std::string & path) {
+    // Link by link (a link to a file a build has yet to write has no canonical path), at most 40 as the kernel.
+    namespace fs = std::filesystem;
+    fs::path        p = path;
     std::error_code ec;
-    if (!std::filesystem::is_symlink(path, ec)) return path;
-    const auto target = std::filesystem::canonical(path, ec);
-    if (ec) throw rest::user_error("cannot resolve the symlink '" + path + "': " + ec.message());
-    return target.string();
+    for (int hops = 0; fs::is_symlink(p, ec); ++hops) {
+        const fs::path target = fs::read_symlink(p, ec);
+        if (ec || hops == 40) throw rest::user_error("cannot resolve the symlink '" + path + "'");
+        p = target.is_absolute() ? target : p.parent_path() / target;
+    }
+    return p.string();
 }
 
 // Two writers of one index (builds, appends, compacts) would each rename their file over it, and the last would
@@ -286,9 +291,10 @@ void run_build(const build_args & a) {
         throw rest::user_error("the output '" + a.output + "' is a directory");
     }
     if (a.append) {
-        // A one-line error for a missing or bad index; the builder reads the base once.
-        const auto base = rest::datastore::open(a.output, 0, "", rest::datastore::access::one_pass);
+        // Locked first, so that the counts are of the file this append extends. A one-line error for a missing or
+        // bad index; the builder reads the base once.
         lock_index(a.output);
+        const auto base = rest::datastore::open(a.output, 0, "", rest::datastore::access::one_pass);
         base_docs       = base->info().n_documents;
         base_tokens     = base->info().n_tokens;
         p.index.base    = a.output;
@@ -343,8 +349,8 @@ void run_build(const build_args & a) {
 
 void run_compact(const std::string & path, std::uint64_t shard_tokens) {
     const auto t0     = clock_type::now();
+    lock_index(path);  // first, so that the counts are of the file compacted
     const auto before = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass)->info();
-    lock_index(path);
     rest::index_builder_params p;
     p.n_shard_tokens_max = shard_tokens;
     const auto after = [&] {

@@ -56,14 +56,14 @@ std::size_t after_key(const std::string & bytes, const std::string & key) {
     return at == std::string::npos ? at : at + key.size();
 }
 
-// Metadata llama.cpp aborts on (exit 134) instead of refusing: a vocabulary whose token text repeats (one flipped
-// byte does it) and a layer count of 0. Each is a one-line error before llama.cpp sees the file.
 // A mapped file truncated or rewritten in place (`cp new.idx in-use.idx`) makes the next read of a lost page
 // SIGBUS: one line that says how to replace such files, exit 1, not "Bus error". Sent here (to a server, which runs
 // until stopped), not provoked: when a truncation lands is a race.
 TEST_F(generate_cli, a_bus_error_is_one_line) {
-    const std::string cmd = shell_quote(bin_) + " serve -m " + shell_quote(model_) +
-                            " --port 0 -t 1 --np 1 & p=$!; sleep 2; kill -BUS $p; wait $p";
+    const std::string log = shell_quote(dir_ + "/serve.log");
+    const std::string cmd = shell_quote(bin_) + " serve -m " + shell_quote(model_) + " --port 0 -t 1 --np 1 >" + log +
+                            " 2>&1 & p=$!; i=0; until grep -q listening " + log + " || [ $i -ge 600 ]; do sleep 0.1; "
+                            "i=$((i+1)); done; kill -BUS $p; wait $p; c=$?; cat " + log + " >&2; exit $c";
     const auto r = run_cli("/bin/sh", "-c " + shell_quote(cmd), dir_);
     EXPECT_EQ(r.code, 1) << r.err;
     EXPECT_FALSE(r.signaled);
@@ -71,6 +71,8 @@ TEST_F(generate_cli, a_bus_error_is_one_line) {
     EXPECT_NE(r.err.find("truncated or rewritten while in use"), std::string::npos) << r.err;
 }
 
+// Metadata llama.cpp aborts on (exit 134) instead of refusing: a vocabulary whose token text repeats (one flipped
+// byte does it) and a layer count of 0. Each is a one-line error before llama.cpp sees the file.
 TEST_F(generate_cli, corrupt_model_metadata_fails_cleanly) {
     std::ifstream     in(model_, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

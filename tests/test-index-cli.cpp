@@ -139,6 +139,27 @@ TEST_F(index_cli, an_output_found_in_an_input_directory_and_a_device_are_refused
     expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(sub) + " " +
                               shell_quote(sub + "/b.py")),
                           {"is a directory"});
+    // An index built into the directory it indexes: built again, its last version (and its lock file) is no input.
+    const std::string in_dir = sub + "/x.idx";
+    for (int k = 0; k < 2; ++k) {
+        const run_result r = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(in_dir) + " --include '*.py' " +
+                                 shell_quote(sub));
+        ASSERT_EQ(r.code, 0) << "build " << k << ": " << r.err;
+    }
+    const run_result r = run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(in_dir) + " " + shell_quote(sub));
+    EXPECT_EQ(r.code, 0) << "walked without --include, the old index and x.idx.lock are left out: " << r.err;
+    // A build through a symlink to a file not yet written writes the target; --shard-tokens takes digits only.
+    fs::create_symlink("later.idx", dir_ + "/link.idx");
+    ASSERT_EQ(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/link.idx") + " " +
+                  shell_quote(sub + "/b.py")).code,
+              0);
+    EXPECT_TRUE(fs::is_symlink(dir_ + "/link.idx"));
+    EXPECT_TRUE(fs::is_regular_file(dir_ + "/later.idx"));
+    for (const char * v : {"-1", "99999999999999999999999", "1e6"}) {
+        expect_one_line_error(run("index build -m " + shell_quote(spm_) + " -o " + shell_quote(dir_ + "/s.idx") +
+                                  " --shard-tokens " + v + " " + shell_quote(sub + "/b.py")),
+                              {"--shard-tokens", v});
+    }
 }
 
 // Writers of one index exclude each other through INDEX.lock: a build too (it was not, and an append running beside

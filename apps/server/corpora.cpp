@@ -44,7 +44,8 @@ std::string printable(const std::string & n) {
 // A corpus file's temporary copy (NAME.idx.tmp.PID, see datastore_temp_path()) left by a server killed while it
 // wrote one: nothing will rename or remove it (remove_if_stale_temp() tells a dead writer's from a live one's).
 void remove_dead_writers_temp(const fs::path & p) {
-    // Only NAME.idx.tmp.DIGITS: a corpus may be named "x.idx.tmp.1", and its file, "x.idx.tmp.1.idx", is no temp.
+    // Only a corpus file's temp (NAME.idx.tmp.DIGITS, which remove_if_stale_temp() checks the tail of): a corpus
+    // may be named "x.idx.tmp.1", and its file, "x.idx.tmp.1.idx", is no temp.
     const std::string name = p.filename().string();
     if (name.rfind(".idx.tmp.") == std::string::npos) return;
     if (rest::remove_if_stale_temp(p.string())) {
@@ -174,16 +175,28 @@ corpus_info corpus_set::add(const std::string & name, const std::vector<std::vec
 }
 
 void corpus_set::remove(const std::string & name) {
-    std::lock_guard<std::mutex> writing(write_mutex_);
+    std::lock_guard<std::mutex> writing(write_mutex_);  // entries_ changes only under it: the lookup below holds
+    std::string                 path;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto                  it = entries_.find(name);
+        if (it == entries_.end()) throw corpus_error(404, "no corpus named '" + printable(name) + "'");
+        if (it->second.read_only) {
+            throw corpus_error(400, "corpus '" + name + "' is an --index file: it cannot be deleted here");
+        }
+        path = it->second.path;
+    }
+    // The file's lock is waited for without mutex_, which the slots' drafting takes every step.
+    try {
+        const file_write_lock locked(path);
+        std::error_code       ec;
+        fs::remove(path, ec);
+        if (ec) throw corpus_error(500, "cannot delete '" + path + "': " + ec.message());
+    } catch (const rest::user_error & e) {
+        throw corpus_error(500, e.what());
+    }
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto                  it = entries_.find(name);
-    if (it == entries_.end()) throw corpus_error(404, "no corpus named '" + printable(name) + "'");
-    if (it->second.read_only) throw corpus_error(400, "corpus '" + name + "' is an --index file: it cannot be deleted here");
-    std::error_code ec;
-    const file_write_lock locked(it->second.path);
-    fs::remove(it->second.path, ec);
-    if (ec) throw corpus_error(500, "cannot delete '" + it->second.path + "': " + ec.message());
-    entries_.erase(it);  // requests drafting from it keep their snapshot until they end
+    entries_.erase(name);  // requests drafting from it keep their snapshot until they end
     rebuild_all();
 }
 

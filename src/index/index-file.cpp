@@ -71,7 +71,8 @@ atomic_file_writer::atomic_file_writer(const std::string & path) : path_(path) {
         throw user_error("cannot create '" + temp_path_ + "': " + errno_text());
     }
     // Held until the fd closes, also when the process dies: a temp file nobody holds locked is a dead writer's,
-    // which the server's corpus directory removes at start (its pid may be alive again: a container's pid 1).
+    // which the next writer of the index and the server's corpus directory at start remove (remove_if_stale_temp();
+    // its pid may be alive again: a container's pid 1).
     ::flock(fd_, LOCK_EX | LOCK_NB);
 }
 
@@ -127,11 +128,13 @@ void atomic_file_writer::commit() {
     // written pages against 0.38 us read back, and the draft step's p99 fell from 224-262 to 124-130 us. Elsewhere
     // it costs one read of the file, which the prefetcher does in the background.
     (void) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd_);
-    fd_ = -1;
+    // Renamed while still open, so still locked: closed first, the finished temp file looked like a dead writer's to
+    // a process starting meanwhile (remove_if_stale_temp()), which removed it.
     if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
         throw user_error("cannot rename '" + temp_path_ + "' to '" + path_ + "': " + errno_text());
     }
+    ::close(fd_);
+    fd_ = -1;
     committed_ = true;
     // Make the rename itself durable. Failure here leaves a complete file, so it is not an error.
     const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
