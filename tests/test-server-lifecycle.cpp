@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <atomic>
 #include <thread>
@@ -173,6 +174,29 @@ TEST(ServerLifecycle, ServersShareACorpusDirInTurnAndNotAPort) {
     second.signal(SIGTERM);
     EXPECT_EQ(first.wait_exit(60), 0) << first.log_tail();
     EXPECT_EQ(second.wait_exit(60), 0) << second.log_tail();
+}
+
+// A damaged file in --corpus-dir is not served, with a warning, and the server starts with the others; a POST to
+// its name fails on it instead of replacing it.
+TEST(ServerLifecycle, ADamagedCorpusFileIsLeftAsItIsAndTheServerStarts) {
+    const std::string dir = tmp_dir() + "/lifecycle-damaged";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/bad.idx") << "not an index";
+    server_process srv;
+    ASSERT_EQ(srv.start({"-m", fixture_model(spm()), "--no-spec", "-t", "1", "--np", "1", "--corpus-dir", dir},
+                        tmp_dir() + "/lifecycle-damaged.log"),
+              "");
+    const client c(srv.port());
+    ASSERT_EQ(c.post("/v1/corpora", nlohmann::json{{"name", "good"}, {"text", "one"}}).status, 200);
+    EXPECT_EQ(c.post("/v1/corpora", nlohmann::json{{"name", "bad"}, {"text", "two"}}).status, 500);
+    std::ifstream in(dir + "/bad.idx");
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "not an index");
+    const http_reply g = c.get("/v1/corpora");
+    ASSERT_EQ(g.json["data"].size(), 1u) << g.body;
+    srv.signal(SIGTERM);
+    EXPECT_EQ(srv.wait_exit(60), 0) << srv.log_tail();
+    EXPECT_NE(srv.log_tail().find("corpus file '" + dir + "/bad.idx' not served"), std::string::npos) << srv.log_tail();
 }
 
 TEST(ServerLifecycle, StartupErrorsExitOneWithOneLine) {

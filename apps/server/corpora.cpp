@@ -105,7 +105,15 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
             remove_dead_writers_temp(e.path());
         }
         std::sort(files.begin(), files.end());
-        for (const auto & f : files) add_file(f, false);
+        for (const auto & f : files) {
+            // One damaged file kept every other corpus (and the server) down. It is left as it is, unserved: a POST
+            // to its name fails on it (500) rather than replacing it, and DELETE does not know it.
+            try {
+                add_file(f, false);
+            } catch (const rest::user_error & e) {
+                std::fprintf(stderr, "rest serve: warning: corpus file '%s' not served: %s\n", f.c_str(), e.what());
+            }
+        }
     }
     rebuild_all();
 }
