@@ -89,24 +89,15 @@ std::string write_target(const std::string & path) {
     return p.string();
 }
 
-// Two writers of one index (builds, appends, compacts) would each rename their file over it, and the last would
-// drop the other's documents: each holds an exclusive lock on INDEX.lock while it runs (released when it exits).
-void lock_index(const std::string & path) {
-    const std::string lock = path + ".lock";
-    const int         fd   = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        throw rest::user_error("cannot create lock file '" + lock + "': " + std::strerror(errno));
-    }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        ::close(fd);
-        throw rest::user_error("index '" + path + "' is being built, appended to or compacted by another process (" + lock +
-                               ")");
-    }
-    // With the lock held no other writer of this index runs: its temp files are those of writers killed mid-write.
+// Takes the index's writers' lock (rest::index_write_lock, not waiting) for the rest of the command, then removes
+// the temp files of writers killed mid-write: with the lock held, no other writer of this index runs.
+std::unique_ptr<rest::index_write_lock> lock_index(const std::string & path) {
+    auto lock = std::make_unique<rest::index_write_lock>(path, rest::index_write_lock::wait::no);
     if (const std::size_t n = rest::remove_stale_temps(path)) {
         std::fprintf(stderr, "rest: removed %zu temp file(s) of '%s' left by a writer that stopped mid-write\n", n,
                      path.c_str());
     }
+    return lock;
 }
 
 // The temp file of the build in progress, removed if the build is interrupted (the builder removes it on errors).
@@ -287,19 +278,20 @@ void run_build(const build_args & a) {
     p.n_threads = a.n_threads > 0 ? a.n_threads : std::max(1u, std::thread::hardware_concurrency());
     p.index.n_shard_tokens_max = a.shard_tokens;
     std::uint64_t base_docs = 0, base_tokens = 0;
+    std::unique_ptr<rest::index_write_lock> locked;
     if (std::filesystem::is_directory(a.output)) {
         throw rest::user_error("the output '" + a.output + "' is a directory");
     }
     if (a.append) {
         // Locked first, so that the counts are of the file this append extends. A one-line error for a missing or
         // bad index; the builder reads the base once.
-        lock_index(a.output);
+        locked          = lock_index(a.output);
         const auto base = rest::datastore::open(a.output, 0, "", rest::datastore::access::one_pass);
         base_docs       = base->info().n_documents;
         base_tokens     = base->info().n_tokens;
         p.index.base    = a.output;
     } else {
-        lock_index(a.output);
+        locked = lock_index(a.output);
     }
 
     const bool    tty = ::isatty(STDERR_FILENO) != 0;
@@ -349,7 +341,7 @@ void run_build(const build_args & a) {
 
 void run_compact(const std::string & path, std::uint64_t shard_tokens) {
     const auto t0     = clock_type::now();
-    lock_index(path);  // first, so that the counts are of the file compacted
+    const auto locked = lock_index(path);  // first, so that the counts are of the file compacted
     const auto before = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass)->info();
     rest::index_builder_params p;
     p.n_shard_tokens_max = shard_tokens;

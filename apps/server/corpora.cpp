@@ -53,27 +53,6 @@ void remove_dead_writers_temp(const fs::path & p) {
     }
 }
 
-// Held while a corpus file is written or removed, by every process writing it (NAME.idx.lock, the lock `rest index
-// append` takes too): servers that share a --corpus-dir (replicas, docs/deployment.md) then append in turn, each
-// onto the file as the other left it, where two appends at once each renamed their file over the other's and lost
-// documents both had acknowledged.
-class file_write_lock {
-  public:
-    explicit file_write_lock(const std::string & path) {
-        const std::string lock = path + ".lock";
-        fd_                    = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd_ < 0) throw rest::user_error("cannot create '" + lock + "': " + std::strerror(errno));
-        while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-        }
-    }
-    ~file_write_lock() { ::close(fd_); }
-    file_write_lock(const file_write_lock &)             = delete;
-    file_write_lock & operator=(const file_write_lock &) = delete;
-
-  private:
-    int fd_ = -1;
-};
-
 }  // namespace
 
 corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::string & dir,
@@ -172,7 +151,9 @@ corpus_info corpus_set::add(const std::string & name, const std::vector<std::vec
     const std::string path = path_of(name);
     std::shared_ptr<const rest::datastore> ds;
     {
-        const file_write_lock locked(path);
+        // Under the file's writers' lock, servers sharing --corpus-dir (replicas) append in turn, each onto the
+        // file as the other left it: two appends at once lost documents both had acknowledged.
+        const rest::index_write_lock locked(path, rest::index_write_lock::wait::yes);
         rest::append_merging(path, documents, rest::identity_of(tok_));
         ds = rest::datastore::open(path, tok_.fingerprint(), tok_.description());
     }
@@ -194,9 +175,10 @@ void corpus_set::remove(const std::string & name) {
         }
         path = it->second.path;
     }
-    // The file's lock is waited for without mutex_, which the slots' drafting takes every step.
+    // The file's lock (which servers sharing --corpus-dir and `rest index append` take too) is waited for without
+    // mutex_, which the slots' drafting takes every step.
     try {
-        const file_write_lock locked(path);
+        const rest::index_write_lock locked(path, rest::index_write_lock::wait::yes);
         std::error_code       ec;
         fs::remove(path, ec);
         if (ec) throw corpus_error(500, "cannot delete '" + path + "': " + ec.message());

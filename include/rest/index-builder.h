@@ -91,6 +91,22 @@ datastore_info append_merging(const std::string & path, std::span<const std::vec
 // The temp file a build of `path` writes in this process (path + ".tmp." + pid), so a front end's signal handler
 // can remove it when the build is interrupted.
 std::string datastore_temp_path(const std::string & path);
+// PATH.lock, held by every writer of an index file while it writes (rest index build, append and compact; the
+// server's corpora): two writers would each rename their file over the path, and the last would drop the other's
+// documents. Released when destroyed (or the process ends). Throws user_error when the lock file cannot be
+// created, or, not waiting, when another process holds it.
+class index_write_lock {
+  public:
+    enum class wait { no, yes };
+    index_write_lock(const std::string & path, wait w);
+    ~index_write_lock();
+    index_write_lock(const index_write_lock &)             = delete;
+    index_write_lock & operator=(const index_write_lock &) = delete;
+
+  private:
+    int fd_ = -1;
+};
+
 // Whether `temp` is such a file (NAME.tmp.DIGITS) whose writer is gone (none holds its flock: a writer holds it
 // for as long as it lives, also where its pid is reused, as a container's pid 1), and if so removes it.
 bool remove_if_stale_temp(const std::string & temp);

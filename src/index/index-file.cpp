@@ -25,6 +25,24 @@ std::string datastore_temp_path(const std::string & path) {
     return path + ".tmp." + std::to_string(::getpid());
 }
 
+index_write_lock::index_write_lock(const std::string & path, wait w) {
+    const std::string lock = path + ".lock";
+    fd_                    = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw user_error("cannot create lock file '" + lock + "': " + std::strerror(errno));
+    int rc;
+    while ((rc = ::flock(fd_, w == wait::yes ? LOCK_EX : LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+    }
+    if (rc != 0) {
+        ::close(fd_);
+        throw user_error("index '" + path + "' is being built, appended to or compacted by another process (" + lock +
+                         ")");
+    }
+}
+
+index_write_lock::~index_write_lock() {
+    ::close(fd_);
+}
+
 bool remove_if_stale_temp(const std::string & temp) {
     // Exactly NAME.tmp.DIGITS, what datastore_temp_path() writes.
     const std::string name = std::filesystem::path(temp).filename().string();
