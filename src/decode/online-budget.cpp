@@ -271,6 +271,20 @@ double online_budget::rebuild_us() const {
     return rebuild_.n > 0 ? rebuild_.median : table_.rebuild_us * ratio_all_;
 }
 
+bool online_budget::observe_first_use(const step_report & r, bool same, bool warm_up) {
+    // The pass after a shape's first one, if of that shape, says what the first paid for being first.
+    if (pending_cold_.first > 0 && same && r.n_rows == pending_cold_.first && r.t_pass_us > 0 && !warm_up) {
+        cold_.add(std::max(0.0, pending_cold_.second - r.t_pass_us));
+    }
+    pending_cold_ = {0, 0.0};
+    // One request's first pass of this shape in this process (see cold_us()); a warm-up pass is cold anyway.
+    if (r.n_requests != 1 || r.n_equal != 1 || r.n_rows < 1 || r.n_rows >= k_rows_flat) return false;
+    if (seen_.size() <= (std::size_t) r.n_rows) seen_.resize((std::size_t) r.n_rows + 1, 0);
+    const bool first = !seen_[(std::size_t) r.n_rows];
+    seen_[(std::size_t) r.n_rows] = 1;
+    return first;
+}
+
 double online_budget::cold_us(std::int32_t n_rows, std::size_t n_equal) const {
     // Several requests' passes change shape with the batch anyway; their shapes are not tracked.
     if (n_equal != 1 || n_live_ != 1 || seen(n_rows) || cold_.n == 0) return 0.0;
@@ -289,7 +303,9 @@ online_budget::single_price online_budget::price_single(std::int32_t n_rows, std
     p.threads         = threads_of(n_rows, 1);
     const double slow = slowdown(p.threads);
     p.steady_us       = predict_on(n_rows, n_past, 1, n_seqs, p.threads) * slow;
-    p.change_us       = same_shape(n_rows, 1, n_seqs) ? 0.0 : std::max(change_us(p.threads, last_threads_), cold_us(n_rows, 1)) * slow;
+    p.change_us       = same_shape(n_rows, 1, n_seqs)
+                            ? 0.0
+                            : std::max(change_us(p.threads, last_threads_), cold_us(n_rows, 1)) * slow;
     return p;
 }
 
@@ -747,18 +763,7 @@ void online_budget::observe_step(const step_report & r) {
     // persisted, they priced plain and 2-row passes dear for every later one-shot process, which verified 7-row
     // passes where 3 rows run twice as fast per token.
     const bool warm_up = cold || n_steps_ <= params_.warm_up_steps;
-    // One request's first pass of this shape in this process (see cold_us()); a warm-up pass is cold anyway.
-    bool first_use = false;
-    if (r.n_requests == 1 && r.n_equal == 1 && r.n_rows >= 1 && r.n_rows < k_rows_flat) {
-        if (seen_.size() <= (std::size_t) r.n_rows) seen_.resize((std::size_t) r.n_rows + 1, 0);
-        first_use = !seen_[(std::size_t) r.n_rows];
-        seen_[(std::size_t) r.n_rows] = 1;
-    }
-    // The pass after a shape's first one, if of that shape, says what the first paid for being first.
-    if (pending_cold_.first > 0 && same && r.n_rows == pending_cold_.first && r.t_pass_us > 0 && !warm_up) {
-        cold_.add(std::max(0.0, pending_cold_.second - r.t_pass_us));
-    }
-    pending_cold_ = {0, 0.0};
+    const bool first_use = observe_first_use(r, same, warm_up);
     if (!warm_up && !first_use && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // (A first pass of its shape is slower for being first: cold_us(), not the machine's load.)
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on

@@ -219,6 +219,9 @@ class online_budget final : public budget_policy {
         return n_rows == last_rows_ && n_equal == last_equal_ && (n_seqs == 0 || last_seqs_ == 0 || n_seqs == last_seqs_);
     }
     double rebuild_us() const;  // what a change of shape costs now (learned; the table's figure until measured)
+    // Whether this pass is one request's first of its shape in the process (marking it seen), after taking the
+    // pending first pass's cold cost from it where it is that shape's second (see cold_us()).
+    bool   observe_first_use(const step_report & r, bool same, bool warm_up);
     // What a change to a pass on `threads` costs after a pass on `from` (last_threads_: the last pass): rebuild_us(),
     // or when the thread count changes too, what such changes were measured to cost (learned apart).
     double change_us(std::int32_t threads, std::int32_t from) const;

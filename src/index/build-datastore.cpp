@@ -65,6 +65,31 @@ bool looks_like_index(const std::string & file) {
     return in.read(magic, sizeof(magic)) && std::equal(std::begin(magic), std::end(magic), std::begin(index_format::k_magic));
 }
 
+// The index is written over `path` when done: an input that is the output would be lost (`build -o DIR/a.py DIR`
+// overwrote a.py). Named, it is refused; found in a directory walked, it is left out if it is an index (the last
+// build's, as `build -o DIR/x.idx DIR` run again finds it), with the writers' lock and temp files, and refused
+// otherwise.
+void leave_out_the_output(std::vector<corpus_file> & files, const std::vector<std::string> & inputs,
+                          const std::string & path) {
+    namespace fs = std::filesystem;
+    const std::string out_name = fs::path(path).filename().string();
+    const fs::path    out_dir  = fs::absolute(path).parent_path();
+    std::erase_if(files, [&](const corpus_file & f) {
+        if (f.path == "-") return false;
+        const bool      named = std::find(inputs.begin(), inputs.end(), f.path) != inputs.end();
+        std::error_code ec;
+        if (fs::equivalent(f.path, path, ec)) {
+            if (named || !looks_like_index(f.path)) {
+                throw user_error("the output '" + path + "' is also an input ('" + f.path + "'): it would be overwritten");
+            }
+            return true;
+        }
+        const std::string name = fs::path(f.path).filename().string();
+        if (named || (name != out_name + ".lock" && name.rfind(out_name + ".tmp.", 0) != 0)) return false;
+        return fs::equivalent(fs::absolute(f.path).parent_path(), out_dir, ec);
+    });
+}
+
 }  // namespace
 
 corpus_build_summary build_datastore(const std::string & path, const std::vector<std::string> & inputs,
@@ -75,26 +100,7 @@ corpus_build_summary build_datastore(const std::string & path, const std::vector
         throw user_error("no inputs given");
     }
     std::vector<corpus_file> files = list_corpus_files(inputs, params.corpus);
-    // The index is written over `path` when done: an input that is the output would be lost (`build -o DIR/a.py
-    // DIR` overwrote a.py). Named, it is refused; found in a directory walked, it is left out if it is an index (the
-    // last build's, as `build -o DIR/x.idx DIR` run again finds it), with the writers' lock and temp files, and
-    // refused otherwise.
-    const std::string           out_name = std::filesystem::path(path).filename().string();
-    const std::filesystem::path out_dir  = std::filesystem::absolute(path).parent_path();
-    std::erase_if(files, [&](const corpus_file & f) {
-        if (f.path == "-") return false;
-        const bool named = std::find(inputs.begin(), inputs.end(), f.path) != inputs.end();
-        std::error_code ec;
-        if (std::filesystem::equivalent(f.path, path, ec)) {
-            if (named || !looks_like_index(f.path)) {
-                throw user_error("the output '" + path + "' is also an input ('" + f.path + "'): it would be overwritten");
-            }
-            return true;
-        }
-        const std::string name = std::filesystem::path(f.path).filename().string();
-        if (named || (name != out_name + ".lock" && name.rfind(out_name + ".tmp.", 0) != 0)) return false;
-        return std::filesystem::equivalent(std::filesystem::absolute(f.path).parent_path(), out_dir, ec);
-    });
+    leave_out_the_output(files, inputs, path);
     if (files.empty()) {
         throw user_error("empty corpus: the inputs hold no files" +
                          std::string(params.corpus.include.empty() ? "" : " matching --include"));
