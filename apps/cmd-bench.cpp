@@ -97,6 +97,7 @@ void run_streams_bench(bench_args a, const std::vector<prompt_record> & records)
         a.sp.ctx.n_ctx = (std::int32_t) (longest + 2 + (std::size_t) std::max(0, a.n_predict) + 8) * a.sp.ctx.n_slots;
     }
     a.sp.warm_start = false;  // the bench's policies start cold (bench-methods.cpp)
+    a.sp.warm_up    = a.warmup > 0;
     session               s(a.sp);
     bench::streams_params p;
     for (const auto & r : records) p.prompts.push_back(s.tokenize_prompt(r.turns.front()));
@@ -134,6 +135,7 @@ void run_bench(const bench_args & a) {
     const auto load_start = loadavg();
     session_params sp = a.sp;
     sp.warm_start     = false;  // the bench's policies start cold (bench-methods.cpp)
+    sp.warm_up        = a.warmup > 0;
     session    s(sp);
     const auto & tok = s.model().vocab();
 
@@ -394,7 +396,9 @@ void add_bench_command(CLI::App & root) {
                     "ngram-cache: tokens per draft (llama-lookup's --spec-draft-n-max)")->capture_default_str();
     cmd->add_option("--llama-draft-max", a->mc.n_llama_draft_max, "llama.cpp drafters: most draft tokens per step")
         ->capture_default_str();
-    cmd->add_option("--warmup", a->warmup, "Tokens of unrecorded plain warm-up on the first prompt (0: none)")
+    cmd->add_option("--warmup", a->warmup,
+                    "Tokens of unrecorded plain warm-up on the first prompt, after the warm-up passes of the sizes "
+                    "rest may verify (0: neither)")
         ->capture_default_str();
     cmd->add_flag("--quiet", a->quiet, "No per-prompt progress on stderr");
     cmd->add_option("--streams", a->streams,

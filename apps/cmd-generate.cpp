@@ -163,6 +163,7 @@ void add_generate_command(CLI::App & root) {
     add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");
+    add_warm_up_option(cmd, a->sp.warm_up);
     cmd->add_flag("--no-warm-start", [a](std::int64_t) { a->sp.warm_start = false; },
                   "Start the automatic budget cold: neither read nor write what earlier runs learned");
     cmd->add_flag("--json", a->json, "Print one JSON object per prompt (text, tokens, stats)");

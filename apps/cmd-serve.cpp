@@ -101,6 +101,7 @@ void add_serve_command(CLI::App & root) {
     cmd->add_option("--draft-fixed", p->n_draft_fixed,
                     "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured fastest for it (for comparisons)");
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
+    add_warm_up_option(cmd, p->warm_up);
     add_layout_option(cmd, p->layout, p->context_per_slot);
     add_recalibrate_option(cmd, p->recalibrate);
     add_attention_options(cmd, p->flash_attn, p->cache_type_k, p->cache_type_v);

@@ -23,3 +23,5 @@ void add_index_option(CLI::App * cmd, std::vector<std::string> & paths, const st
 void add_offload_options(CLI::App * cmd, std::int32_t & n_gpu_layers, std::string & rpc_servers);
 // --recalibrate: measure the verify cost again instead of using the cached table (generate, bench, serve).
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate);
+// --no-warmup: no forward passes before the first request (generate, serve; llama.cpp's spelling).
+void add_warm_up_option(CLI::App * cmd, bool & warm_up);

@@ -22,6 +22,12 @@ void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
                   "Measure the verify cost again (e.g. after a change of machine load) and replace the cached table");
 }
 
+void add_warm_up_option(CLI::App * cmd, bool & warm_up) {
+    cmd->add_flag("--no-warmup", [&warm_up](std::int64_t) { warm_up = false; },
+                  "Skip the warm-up passes before the first request (as llama.cpp's --no-warmup): the first steps of "
+                  "each size then run cold");
+}
+
 void add_index_option(CLI::App * cmd, std::vector<std::string> & paths, const std::string & note) {
     cmd->add_option("--index", paths,
                     "Datastore built with `rest index build` (grown with `rest index append`); repeat it to draft "

@@ -5,6 +5,8 @@
 #include "rest/drafter.h"
 #include "rest/history-store.h"
 
+#include <cstdio>
+
 session::session(const session_params & params) : params_(params) {
     rest::llama_log_quiet();
     model_ = rest::model::load(params.model_path, params.n_gpu_layers, params.rpc_servers);
@@ -27,6 +29,13 @@ session::session(const session_params & params) : params_(params) {
     n_draft_cap_ = rest::budget_cap(spec);
     policy_      = rest::make_budget_policy(spec);
     decoder_ = std::make_unique<rest::decoder>(*ctx_, policy_.get());
+    if (params.warm_up) {
+        const rest::warm_up_result w = decoder_->warm_up(costs_, n_draft_cap_);
+        warm_rows_                   = w.rows;
+        if (params.verbose) {
+            std::fprintf(stderr, "rest: warm-up: up to %d rows in %.1f ms\n", w.rows, w.t_us / 1000);
+        }
+    }
 }
 
 session::~session() = default;

@@ -33,6 +33,7 @@ struct session_params {
     // Start the automatic budget from what the last run with this model, datastore and setting learned (the
     // budget cache, apps/cost-cache.h); save_learned() writes it back.
     bool                 warm_start = true;
+    bool                 warm_up = true;  // forward passes before the first request (rest::decoder::warm_up)
 };
 
 struct run_options {
@@ -62,6 +63,8 @@ class session {
     rest::history_store & history() { return *history_; }
     // The measured verify-cost table (empty without speculation).
     const rest::cost_table & costs() const { return costs_; }
+    // The largest size the warm-up ran (session_params::warm_up; 0: none), for policies made later on this context.
+    std::int32_t warm_rows() const { return warm_rows_; }
     rest::target_model & context() { return *ctx_; }
     rest::budget_policy & policy() { return *policy_; }
     // The verification layout in use: "tree", "chain", or "plain" without speculation.
@@ -90,6 +93,7 @@ class session {
     std::string                          cost_key_;
     std::optional<rest::budget_state>    warm_;
     std::int32_t                         n_draft_cap_ = 0;
+    std::int32_t                         warm_rows_ = 0;
     bool                                 ran_ = false;  // a speculative run happened (something was learned)
     std::string                          layout_;
     std::unique_ptr<rest::decoder>       decoder_;

@@ -193,4 +193,73 @@ TEST(calibrate_cost, measures_the_batch_grid_for_chains_over_several_slots) {
     EXPECT_TRUE(calibrate_cost(single, 0, p).batches.empty());
 }
 
+
+// warm_up() on a fake model whose passes take set times (microseconds; large enough that a busy machine's jitter
+// stays within the 10% the warm-up allows a steady pass). cold: a pass larger than every earlier one pays for the
+// memory it touches first; the process's first passes pay for paging in.
+struct warm_up_model {
+    rest_test::fake_target f{50, 600, 1, 3};
+    double                 cold_us = 0;
+    int                    n_passes = 0, max_rows = 0;
+    threaded_target        m{f, [this](int rows, int) {
+        double t = 2000 + 1000 * rows;
+        if (n_passes++ < 2) t += 6000 / n_passes;  // 6000, then 3000 more: settled at the fourth pass
+        if (rows > max_rows) t += cold_us;
+        max_rows = std::max(max_rows, rows);
+        return t;
+    }};
+};
+
+cost_table warm_up_table() {
+    cost_table t = table_of({1, 2, 3, 4, 6, 8, 12, 16}, {3000, 4000, 5000, 6000, 8000, 10000, 14000, 18000});
+    t.threads    = {2, 1, 1, 1, 1, 2, 2, 2};
+    return t;
+}
+
+TEST(warm_up, where_a_new_size_runs_cold_one_pass_of_the_largest_likely_size_warms_all) {
+    warm_up_model w;
+    w.cold_us = 20000;
+    const warm_up_result r = warm_up(w.m, 0, warm_up_table(), 13);
+    // One row until settled (6000+, 3000+, steady, steady), then 2 rows (cold: 20 ms over its 4 ms), then the largest size
+    // up to 13 rows that costs at most 8 one-row passes: 12 rows (14 ms <= 24 ms), on the table's threads.
+    const std::vector<std::pair<int, int>> want = {{1, 2}, {1, 2}, {1, 2}, {1, 2}, {2, 1}, {12, 2}};
+    EXPECT_EQ(w.m.seen, want);
+    EXPECT_EQ(r.rows, 12);
+    EXPECT_GT(r.t_us, 0);
+    EXPECT_EQ(w.m.n_past(0), 0) << "the slot is left empty";
+    w.m.seen.clear();
+    w.m.decode({});
+    EXPECT_EQ(w.m.seen.at(0).second, 2) << "the context's own thread count is restored";
+
+    // A cap of 8 rows a step: the cost bound picks 8 of the table's sizes; past 8 one-row passes nothing does.
+    warm_up_model small;
+    small.cold_us = 20000;
+    EXPECT_EQ(warm_up(small.m, 0, warm_up_table(), 9).rows, 8);
+    cost_table dear = warm_up_table();
+    dear.t_us       = {3000, 4000, 50000, 60000, 80000, 100000, 140000, 180000};
+    warm_up_model big;
+    big.cold_us = 20000;
+    EXPECT_EQ(warm_up(big.m, 0, dear, 64).rows, 2);
+}
+
+TEST(warm_up, where_first_passes_cost_what_steady_ones_do_it_stops_after_two_rows) {
+    warm_up_model w;  // no cold sizes: a big model, where fixed costs are lost in the pass
+    const warm_up_result r = warm_up(w.m, 0, warm_up_table(), 64);
+    const std::vector<std::pair<int, int>> want = {{1, 2}, {1, 2}, {1, 2}, {1, 2}, {2, 1}};
+    EXPECT_EQ(w.m.seen, want);
+    EXPECT_EQ(r.rows, 2);
+    EXPECT_EQ(w.m.n_past(0), 0);
+}
+
+TEST(warm_up, plain_decoding_warms_one_row_until_it_settles) {
+    warm_up_model w;
+    w.cold_us = 20000;
+    const warm_up_result r = warm_up(w.m, 0, cost_table{}, 64);
+    EXPECT_EQ(w.m.seen, (std::vector<std::pair<int, int>>(4, {1, 2})));
+    EXPECT_EQ(r.rows, 1);
+    warm_up_model capped;  // a policy that never drafts (max_rows 1): one row only, whatever the table
+    EXPECT_EQ(warm_up(capped.m, 0, warm_up_table(), 1).rows, 1);
+    EXPECT_EQ(capped.m.seen.size(), 4u);
+}
+
 }  // namespace

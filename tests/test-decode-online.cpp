@@ -408,4 +408,8 @@ TEST(online_budget, a_shape_first_run_in_this_process_is_priced_at_what_its_cold
     EXPECT_NEAR(saved.cold_us, 600.0, 1.0);
     online_budget next(rebuild_table(), no_exploration(), &saved);
     EXPECT_NEAR(next.cold_us(2, 1), 600.0, 1.0) << "a new process has run no shape";
+    next.observe_warm_up(2);
+    EXPECT_EQ(next.cold_us(2, 1), 0.0) << "a warm-up pass of 2 rows ran before any request";
+    EXPECT_EQ(next.cold_us(1, 1), 0.0);
+    EXPECT_NEAR(next.cold_us(3, 1), 600.0, 1.0) << "larger than the warm-up's";
 }

@@ -1,6 +1,7 @@
 // The llama.cpp adapter: tokenizer round trips, fixture metadata, and plain greedy decoding through the adapter
 // against greedy decoding written directly on llama.cpp's API.
 #include "llama.h"
+#include "rest/cost-model.h"
 #include "rest/decoder.h"
 #include "rest/llama-model.h"
 #include "test-util.h"
@@ -140,11 +141,18 @@ std::vector<llama_token> reference_greedy(const std::string & path, const std::v
     return out;
 }
 
-std::vector<token_id> adapter_greedy(const model & m, const std::vector<token_id> & prompt, int n) {
+// warm: run warm_up() over this table first (its largest size is returned in *warm_rows).
+std::vector<token_id> adapter_greedy(const model & m, const std::vector<token_id> & prompt, int n,
+                                     const cost_table * warm = nullptr, std::int32_t * warm_rows = nullptr) {
     context_params cp;
     cp.n_ctx     = 512;
     cp.n_threads = 1;
     auto           ctx = m.new_context(cp);
+    if (warm != nullptr) {
+        const warm_up_result w = warm_up(*ctx, 0, *warm, 64);
+        if (warm_rows != nullptr) *warm_rows = w.rows;
+        EXPECT_EQ(ctx->n_past(0), 0);
+    }
     greedy_sampler sampler;
     decoder        dec(*ctx, nullptr);
     request        r;
@@ -167,6 +175,23 @@ TEST(plain_decoding, adapter_greedy_equals_direct_llama_greedy) {
             const auto got    = adapter_greedy(*m, prompt, 48);
             ASSERT_EQ(got, want) << vocab << " / " << text;
         }
+    }
+}
+
+TEST(plain_decoding, a_warm_up_leaves_outputs_as_a_fresh_context_gives_them) {
+    // Times of 1 us: every size's first pass looks cold, so the warm-up runs up to its largest size (16 rows here).
+    cost_table t;
+    t.rows  = {1, 2, 4, 8, 16, 32};
+    t.t_us  = {1, 1, 1, 1, 1, 100};
+    fixture_params p;
+    const std::string path = rest_test::fixture_model(p);
+    const auto m = rest_test::load_model(path);
+    for (const char * text : {"Once upon a time", "def main():"}) {
+        const auto   prompt = m->vocab().tokenize(text, true, false);
+        std::int32_t rows   = 0;
+        const auto   got    = adapter_greedy(*m, prompt, 48, &t, &rows);
+        EXPECT_EQ(rows, 16);
+        ASSERT_EQ(got, reference_greedy(path, prompt, 48)) << text;
     }
 }
 

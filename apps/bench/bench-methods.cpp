@@ -137,6 +137,7 @@ class rest_runner final : public method_runner {
         spec.n_max   = cfg.n_draft_max >= 0 ? cfg.n_draft_max : dp_.n_budget_max;
         spec.costs   = s.costs();
         policy_      = rest::make_budget_policy(spec);
+        policy_->observe_warm_up(s.warm_rows());
         n_draft_max_ = rest::budget_cap(spec);
         if (dp_.use_history) {
             history_ = std::make_unique<rest::history_store>(rest::history_store_params{});

@@ -41,6 +41,7 @@ wave_result run_wave(session & s, rest::target_model & ctx, std::int32_t n_strea
         spec.costs  = s.costs();
         n_draft_max = rest::budget_cap(spec);
         policy      = rest::make_budget_policy(spec);
+        policy->observe_warm_up(s.warm_rows());
         history     = std::make_unique<rest::history_store>(rest::history_store_params{});
     }
     rest::decoder    dec(ctx, policy.get());

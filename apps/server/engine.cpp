@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 
 namespace {
 
@@ -62,7 +63,25 @@ engine::~engine() {
 }
 
 void engine::start() {
-    thread_ = std::thread([this] { loop(); });
+    // The warm-up runs on the engine thread: with OpenMP builds of ggml each thread that runs a forward pass keeps a
+    // pool of workers of its own (see cost-cache.cpp), and the engine thread's is the one requests use.
+    std::promise<void> warmed;
+    std::future<void>  done = warmed.get_future();
+    thread_ = std::thread([this, &warmed] {
+        warm_up();
+        warmed.set_value();
+        loop();
+    });
+    done.wait();
+}
+
+void engine::warm_up() {
+    if (!params_.warm_up) return;
+    try {
+        decoder_->warm_up(params_.costs, params_.n_draft_max);
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "rest serve: warning: warm-up skipped: %s\n", e.what());
+    }
 }
 
 engine::submit_result engine::submit(const std::shared_ptr<job> & j) {

@@ -36,6 +36,8 @@ struct engine_params {
     std::int32_t         queue_max   = 512;
     rest::prefill_pacer_params pacing;
     rest::drafter_params draft;
+    bool                 warm_up = true;  // before the first request, on the engine thread (rest::decoder::warm_up)
+    rest::cost_table     costs;           // the sizes the warm-up may run (empty: one row)
 };
 
 struct engine_load {
@@ -56,6 +58,7 @@ class engine {
     engine(const engine &) = delete;
     engine & operator=(const engine &) = delete;
 
+    // Starts the engine thread and returns once it has warmed the context up (engine_params::warm_up).
     void start();
 
     enum class submit_result { ok, queue_full, draining };
@@ -75,6 +78,7 @@ class engine {
     struct slot;
 
     void loop();
+    void warm_up();
     enum class end_kind { finished, cancelled, shutdown };
     void begin(slot & s, std::shared_ptr<job> j);
     slot * pick_slot(const job_input & in);  // under mutex_; nullptr: no free slot

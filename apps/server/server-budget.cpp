@@ -26,6 +26,7 @@ server_budget make_server_budget(const server_params & p, const rest::model & m,
             spec.warm = warm ? &*warm : nullptr;
         }
     }
+    b.costs  = spec.costs;
     b.policy = rest::make_budget_policy(spec);
     b.n_cap  = rest::budget_cap(spec);
     return b;

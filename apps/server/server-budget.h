@@ -16,6 +16,7 @@ struct server_budget {
     std::unique_ptr<rest::budget_policy> policy;
     std::int32_t n_cap = 0;  // draft nodes per slot and step the decoder may offer the policy
     std::string  key;        // the budget cache's key when the policy learns (save_budget_state), else ""
+    rest::cost_table costs;  // the measured (or cached) verify cost; empty for plain decoding
 };
 
 // Opens the context, measures (or loads the cached) verify cost, and builds the policy, warm from the budget cache.

@@ -50,4 +50,5 @@ struct server_params {
     double       drain_timeout_s = 60;  // SIGTERM: wait this long for in-flight requests, then cancel them
     bool         verbose = false;       // one stderr line per request
     bool         recalibrate = false;   // measure the cost table even when one is cached
+    bool         warm_up     = true;    // forward passes before the first request (rest::warm_up)
 };

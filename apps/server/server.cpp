@@ -167,6 +167,8 @@ server::impl::impl(const server_params & p) : params(p) {
     ep.n_draft_max       = budget.n_cap;
     ep.queue_max         = p.queue_max;
     ep.pacing.gap_ratio  = p.prefill_gap;
+    ep.warm_up           = p.warm_up;
+    ep.costs             = std::move(budget.costs);
     eng = std::make_unique<engine>(*model, *ctx, corpora.get(), history.get(), policy.get(), ep, metrics);
 
     std::string id = p.alias.empty() ? std::filesystem::path(p.model_path).stem().string() : p.alias;

@@ -104,6 +104,9 @@ class budget_policy {
     virtual std::int32_t choose_equal(std::span<const budget_query> queries);
     // A forward pass the policy did not choose (prompt processing): the next step's shape counts as a change.
     virtual void observe_other_pass() {}
+    // A forward pass of max_rows rows (one request) ran before any request (warm_up() in rest/cost-model.h), so no
+    // size up to it is a process's cold first pass.
+    virtual void observe_warm_up(std::int32_t max_rows) { (void) max_rows; }
     // A request starts; predicted: it has a predicted output. Each prediction is a workload of its own (an exact one
     // pays at any length, an unrelated one never), so what an earlier one showed must not switch the next one off.
     virtual void observe_request(bool predicted) { (void) predicted; }

@@ -89,6 +89,17 @@ struct calibrate_params {
 // A context with several slots that verifies chains (target_model::trees() false) also gets the batch grid, measured
 // on slots 0.. of each request count, which must then all be idle; they are cleared too.
 cost_table calibrate_cost(target_model & model, std::int32_t slot, const calibrate_params & params = {});
+
+// Warm-up before a context's first request, as llama.cpp warms a fresh context (common_init's warmup decode), but
+// up to the sizes a policy will choose: a process's first forward pass of a size larger than any before runs cold
+// (fresh compute-buffer pages). On the demo model a process's first 9-row pass took 626 us, its second 458; plain
+// decoding pays this once, speculation once per size, inside a 10 ms generation. Leaves the slot empty. costs may
+// be empty (plain decoding: one row only).
+struct warm_up_result {
+    std::int32_t rows = 0;  // the largest size that ran (one request): no pass up to it is a process's cold first
+    double       t_us = 0;
+};
+warm_up_result warm_up(target_model & m, std::int32_t slot, const cost_table & costs, std::int32_t max_rows);
 // The batch grid alone (part of calibrate_cost), into table.batches; table.rows must hold the one-request sizes.
 void calibrate_batches(target_model & model, cost_table & table, const calibrate_params & params = {});
 

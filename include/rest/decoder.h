@@ -121,6 +121,9 @@ class decoder {
     void step(std::span<request * const> requests, request * prompt = nullptr, std::int32_t n_prompt = 0);
     // start + step until done.
     void run(request & r, std::span<const token_id> prompt);
+    // Before the first request: warm_up() (rest/cost-model.h) on slot 0 up to the sizes of n_draft_max draft nodes,
+    // and the policy told what ran. Leaves slot 0 empty.
+    warm_up_result warm_up(const cost_table & costs, std::int32_t n_draft_max);
 
     target_model & model() const { return model_; }
 

@@ -493,6 +493,12 @@ void decoder::step_live() {
     }
 }
 
+warm_up_result decoder::warm_up(const cost_table & costs, std::int32_t n_draft_max) {
+    const warm_up_result w = rest::warm_up(model_, 0, costs, n_draft_max + 1);
+    if (policy_ != nullptr) policy_->observe_warm_up(w.rows);
+    return w;
+}
+
 void decoder::run(request & r, std::span<const token_id> prompt) {
     start(r, prompt);
     request * one[] = {&r};

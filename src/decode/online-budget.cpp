@@ -285,6 +285,12 @@ bool online_budget::observe_first_use(const step_report & r, bool same, bool war
     return first;
 }
 
+void online_budget::observe_warm_up(std::int32_t max_rows) {
+    const std::int32_t n = std::min(max_rows, k_rows_flat - 1);
+    if (n >= 1 && seen_.size() <= (std::size_t) n) seen_.resize((std::size_t) n + 1, 0);
+    for (std::int32_t i = 1; i <= n; ++i) seen_[(std::size_t) i] = 1;
+}
+
 double online_budget::cold_us(std::int32_t n_rows, std::size_t n_equal) const {
     // Several requests' passes change shape with the batch anyway; their shapes are not tracked.
     if (n_equal != 1 || n_live_ != 1 || seen(n_rows) || cold_.n == 0) return 0.0;
