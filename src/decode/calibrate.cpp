@@ -161,33 +161,34 @@ warm_up_result warm_up(target_model & m, std::int32_t slot, const cost_table & c
     warm_up_result     out;
     const double       t0     = now_us();
     const std::int32_t room   = m.n_ctx_slot();
-    const std::int32_t n_fill = std::min<std::int32_t>(8, room / 8);
-    if (n_fill < 1) return out;
+    const std::int32_t n_fill = 1;  // a context to decode on
+    if (room < 8) return out;
     fill_context(m, slot, n_fill, m.n_vocab());
-    // One row until a pass is no longer much faster than the one before: a process's first passes page in the
-    // weights and start the thread pool (the demo model's first took 0.7-1.5 ms, the next few 0.2-0.4, then 0.16).
-    double t1 = 0;
-    for (std::int32_t i = 0; i < 8; ++i) {
+    // One row until a pass is no faster than the fastest before it (at most 4): a process's first passes page in
+    // the weights and start the thread pool (the demo model's first took 0.7-1.2 ms, the next 0.2-0.3, then 0.16).
+    double t1 = 0;  // the fastest
+    for (std::int32_t i = 0; i < 4; ++i) {
         const double t = time_rows(m, slot, 1, m.n_vocab());
         if (t <= 0) break;
         const bool settled = t1 > 0 && t >= 0.9 * t1;
-        t1 = t;
+        t1 = t1 > 0 ? std::min(t1, t) : t;
         if (settled) break;
     }
     out.rows = t1 > 0 ? 1 : 0;
     // A size's first pass is cold by the compute-buffer memory it touches beyond every earlier pass's (demo model,
     // sizes in increasing order: 2 rows +64 us over the second pass, 9 rows +300, 16 rows +705; after one 16-row pass
     // each smaller size's first pass cost only a change of shape). So one pass of the largest size the policy is
-    // likely to choose warms them all: the largest the table has up to max_rows that costs at most 8 one-row passes
-    // (the demo model chose up to 19 rows at 1 thread; its 24-row pass costs 6x one row). Where a 2-row pass's first
-    // run costs no more than a steady one (scaled by how this one-row pass compares with the table's), fixed costs
-    // do not matter (a 1B model: 0.5 ms of pages against a 60 ms pass) and the larger pass is not worth its time.
+    // likely to choose warms them all: the largest the table has up to max_rows that costs at most 4 one-row passes
+    // (the demo model at one thread: 16 rows; it chose more in 0.5% of its steps, and a first 24-row pass cost 2.2 ms
+    // over a steady one, 8 of its steps). Where a 2-row pass's first run costs no more than a steady one (scaled by
+    // how the fastest one-row pass here compares with the table's), fixed costs do not matter (a 1B model: 0.5 ms of
+    // pages against a 60 ms pass) and the larger pass is not worth its time.
     if (out.rows == 1 && costs.valid() && costs.rows.size() > 1 && costs.rows[1] <= max_rows &&
         costs.rows[1] + 1 <= room / 2) {
         const double scale = costs.t_us[0] > 0 ? std::max(1.0, t1 / costs.t_us[0]) : 1.0;
         std::size_t  top   = 1;
         while (top + 1 < costs.rows.size() && costs.rows[top + 1] <= max_rows &&
-               costs.rows[top + 1] + 1 <= room / 2 && costs.t_us[top + 1] <= 8 * costs.t_us[0]) {
+               costs.rows[top + 1] + 1 <= room / 2 && costs.t_us[top + 1] <= 4 * costs.t_us[0]) {
             ++top;
         }
         // One pass of size costs.rows[k] on its threads; its time (<= 0: it could not run).
