@@ -194,8 +194,8 @@ TEST(calibrate_cost, measures_the_batch_grid_for_chains_over_several_slots) {
 }
 
 
-// warm_up() on a fake model whose passes take set times (microseconds; large enough that a busy machine's jitter
-// stays within the 10% the warm-up allows a steady pass). cold: a pass larger than every earlier one pays for the
+// warm_up() on a fake model whose passes take set times (microseconds, reported as they are set, so the wall clock
+// does not matter). cold: a pass larger than every earlier one pays for the
 // memory it touches first; the process's first passes pay for paging in.
 struct warm_up_model {
     rest_test::fake_target f{50, 600, 1, 3};

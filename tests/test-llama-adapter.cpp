@@ -179,10 +179,11 @@ TEST(plain_decoding, adapter_greedy_equals_direct_llama_greedy) {
 }
 
 TEST(plain_decoding, a_warm_up_leaves_outputs_as_a_fresh_context_gives_them) {
-    // Times of 1 us: every size's first pass looks cold, so the warm-up runs up to its largest size (16 rows here).
+    // A one-row pass of 1 s and larger ones of 1 us: the 2-row pass looks cold, so the warm-up runs the largest size
+    // that costs at most 4 one-row passes (16 rows; 32 rows are priced at 5 s).
     cost_table t;
     t.rows  = {1, 2, 4, 8, 16, 32};
-    t.t_us  = {1, 1, 1, 1, 1, 100};
+    t.t_us  = {1e6, 1, 1, 1, 1, 5e6};
     fixture_params p;
     const std::string path = rest_test::fixture_model(p);
     const auto m = rest_test::load_model(path);

@@ -101,6 +101,7 @@ void run_streams(session & s, const streams_params & p) {
     rest::context_params cp = p.ctx;  // plain: the same slots, context and threads, llama.cpp's default layout
     cp.trees                = false;
     const auto plain_ctx = s.model().new_context(cp);
+    if (s.warm_rows() > 0) rest::warm_up(*plain_ctx, 0, {}, 1);  // as the session warmed REST's context
     nlohmann::json rows = nlohmann::json::array();
     std::string md = "| streams | plain tokens/s | REST tokens/s | REST/plain (median of per-rep ratios) | "
                      "tokens/forward | greedy outputs identical |\n|---:|---:|---:|---:|---:|---|\n";

@@ -67,7 +67,7 @@ void engine::start() {
     // pool of workers of its own (see cost-cache.cpp), and the engine thread's is the one requests use.
     std::promise<void> warmed;
     std::future<void>  done = warmed.get_future();
-    thread_ = std::thread([this, &warmed] {
+    thread_ = std::thread([this, warmed = std::move(warmed)]() mutable {
         warm_up();
         warmed.set_value();
         loop();
@@ -77,10 +77,13 @@ void engine::start() {
 
 void engine::warm_up() {
     if (!params_.warm_up) return;
+    // A failed warm-up costs the first requests their cold passes, nothing more: serve anyway.
     try {
         decoder_->warm_up(params_.costs, params_.n_draft_max);
     } catch (const std::exception & e) {
         std::fprintf(stderr, "rest serve: warning: warm-up skipped: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "rest serve: warning: warm-up skipped\n");
     }
 }
 

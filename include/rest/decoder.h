@@ -122,7 +122,8 @@ class decoder {
     // start + step until done.
     void run(request & r, std::span<const token_id> prompt);
     // Before the first request: warm_up() (rest/cost-model.h) on slot 0 up to the sizes of n_draft_max draft nodes,
-    // and the policy told what ran. Leaves slot 0 empty.
+    // and the policy told what ran. Leaves slot 0 empty. (With a llama.cpp context per slot, only slot 0's is warm;
+    // the others' first passes are then priced as warm, which costs estimates, not output.)
     warm_up_result warm_up(const cost_table & costs, std::int32_t n_draft_max);
 
     target_model & model() const { return model_; }

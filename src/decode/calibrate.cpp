@@ -155,55 +155,73 @@ class timer {
     }
 };
 
-}  // namespace
+// Leaves the slot empty and the context on its own thread count, also when a pass throws.
+struct warm_up_guard {
+    target_model & m;
+    std::int32_t   slot;
+    ~warm_up_guard() {
+        m.set_decode_threads(0);
+        m.clear(slot);
+    }
+};
 
-warm_up_result warm_up(target_model & m, std::int32_t slot, const cost_table & costs, std::int32_t max_rows) {
-    warm_up_result     out;
-    const double       t0     = now_us();
-    const std::int32_t room   = m.n_ctx_slot();
-    const std::int32_t n_fill = 1;  // a context to decode on
-    if (room < 8) return out;
-    fill_context(m, slot, n_fill, m.n_vocab());
-    // One row until a pass is no faster than the fastest before it (at most 4): a process's first passes page in
-    // the weights and start the thread pool (the demo model's first took 0.7-1.2 ms, the next 0.2-0.3, then 0.16).
-    double t1 = 0;  // the fastest
+// One-row passes until one is not 10% faster than the fastest before it (at most 4): a process's first passes page
+// in the weights and start the thread pool (the demo model's first took 0.7-1.2 ms, the next 0.2-0.3, then 0.16).
+// Returns the fastest (<= 0: none ran).
+double settle_one_row(target_model & m, std::int32_t slot) {
+    double fastest = 0;
     for (std::int32_t i = 0; i < 4; ++i) {
         const double t = time_rows(m, slot, 1, m.n_vocab());
         if (t <= 0) break;
-        const bool settled = t1 > 0 && t >= 0.9 * t1;
-        t1 = t1 > 0 ? std::min(t1, t) : t;
+        const bool settled = fastest > 0 && t >= 0.9 * fastest;
+        fastest            = fastest > 0 ? std::min(fastest, t) : t;
         if (settled) break;
     }
-    out.rows = t1 > 0 ? 1 : 0;
-    // A size's first pass is cold by the compute-buffer memory it touches beyond every earlier pass's (demo model,
-    // sizes in increasing order: 2 rows +64 us over the second pass, 9 rows +300, 16 rows +705; after one 16-row pass
-    // each smaller size's first pass cost only a change of shape). So one pass of the largest size the policy is
-    // likely to choose warms them all: the largest the table has up to max_rows that costs at most 4 one-row passes
-    // (the demo model at one thread: 16 rows; it chose more in 0.5% of its steps, and a first 24-row pass cost 2.2 ms
-    // over a steady one, 8 of its steps). Where a 2-row pass's first run costs no more than a steady one (scaled by
-    // how the fastest one-row pass here compares with the table's), fixed costs do not matter (a 1B model: 0.5 ms of
-    // pages against a 60 ms pass) and the larger pass is not worth its time.
-    if (out.rows == 1 && costs.valid() && costs.rows.size() > 1 && costs.rows[1] <= max_rows &&
-        costs.rows[1] + 1 <= room / 2) {
-        const double scale = costs.t_us[0] > 0 ? std::max(1.0, t1 / costs.t_us[0]) : 1.0;
-        std::size_t  top   = 1;
-        while (top + 1 < costs.rows.size() && costs.rows[top + 1] <= max_rows &&
-               costs.rows[top + 1] + 1 <= room / 2 && costs.t_us[top + 1] <= 4 * costs.t_us[0]) {
-            ++top;
-        }
-        // One pass of size costs.rows[k] on its threads; its time (<= 0: it could not run).
-        const auto pass = [&](std::size_t k) {
-            if (m.n_past(slot) + costs.rows[k] + 1 > room / 2) fill_context(m, slot, n_fill, m.n_vocab());
-            m.set_decode_threads(k < costs.threads.size() ? costs.threads[k] : 0);
-            const double t = time_rows(m, slot, costs.rows[k], m.n_vocab());
-            if (t > 0) out.rows = costs.rows[k];
-            return t;
-        };
-        const double t2 = pass(1);
-        if (t2 > 0 && t2 > 1.1 * scale * costs.t_us[1] && top > 1) pass(top);
+    return fastest;
+}
+
+// A size's first pass is cold by the compute-buffer memory it touches beyond every earlier pass's (demo model,
+// sizes in increasing order: 2 rows +64 us over the second pass, 9 rows +300, 16 rows +705; after one 16-row pass
+// each smaller size's first pass cost only a change of shape). So one pass of the largest size the policy is likely
+// to choose warms them all: the largest the table has up to max_rows that costs at most 4 one-row passes (the demo
+// model at one thread: 16 rows; it chose more in 0.5% of its steps, and a first 24-row pass cost 2.2 ms over a
+// steady one, 8 of its steps). Where a 2-row pass's first run is within 10% of a steady one (scaled by how the
+// fastest one-row pass here compares with the table's), fixed costs do not matter (a 1B model: 0.5 ms of pages
+// against a 60 ms pass) and the larger pass is not worth its time. Returns the largest size that ran (0: none).
+std::int32_t warm_largest(target_model & m, std::int32_t slot, const cost_table & costs, std::int32_t max_rows,
+                          double t1) {
+    const std::int32_t room = m.n_ctx_slot();
+    const auto fits = [&](std::size_t k) { return costs.rows[k] <= max_rows && costs.rows[k] + 1 <= room / 2; };
+    if (!costs.valid() || costs.rows.size() < 2 || !fits(1)) return 0;
+    std::size_t top = 1;
+    while (top + 1 < costs.rows.size() && fits(top + 1) && costs.t_us[top + 1] <= 4 * costs.t_us[0]) ++top;
+    std::int32_t warmed = 0;
+    // One pass of size costs.rows[k] on its threads; its time (<= 0: it could not run).
+    const auto pass = [&](std::size_t k) {
+        if (m.n_past(slot) + costs.rows[k] + 1 > room / 2) fill_context(m, slot, 1, m.n_vocab());
+        m.set_decode_threads(k < costs.threads.size() ? costs.threads[k] : 0);
+        const double t = time_rows(m, slot, costs.rows[k], m.n_vocab());
+        if (t > 0) warmed = costs.rows[k];
+        return t;
+    };
+    const double scale = costs.t_us[0] > 0 ? std::max(1.0, t1 / costs.t_us[0]) : 1.0;
+    const double t2    = pass(1);
+    if (t2 > 1.1 * scale * costs.t_us[1] && top > 1) pass(top);
+    return warmed;
+}
+
+}  // namespace
+
+warm_up_result warm_up(target_model & m, std::int32_t slot, const cost_table & costs, std::int32_t max_rows) {
+    warm_up_result out;
+    const double   t0 = now_us();
+    if (m.n_ctx_slot() < 8) return out;
+    {
+        warm_up_guard guard{m, slot};
+        fill_context(m, slot, 1, m.n_vocab());  // a context to decode on
+        const double t1 = settle_one_row(m, slot);
+        if (t1 > 0) out.rows = std::max(1, warm_largest(m, slot, costs, max_rows, t1));
     }
-    m.set_decode_threads(0);
-    m.clear(slot);
     out.t_us = now_us() - t0;
     return out;
 }

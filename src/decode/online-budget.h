@@ -88,8 +88,8 @@ class online_budget final : public budget_policy {
     std::int32_t tree_draft_nodes() const override;  // the hint with room to double: 2 + twice the recent choice
     void choose(std::span<const budget_query> queries, std::span<std::int32_t> n_out) override;
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
-    // A pass with another request's prompt rows ran on the context's threads, in a shape of its own.
     void observe_warm_up(std::int32_t max_rows) override;
+    // A pass with another request's prompt rows ran on the context's threads, in a shape of its own.
     void observe_other_pass() override { last_rows_ = 0; last_requests_ = 0; last_seqs_ = 0; last_threads_ = context_threads_; }
     void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
