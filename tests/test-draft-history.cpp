@@ -357,9 +357,13 @@ TEST(draft_history, concurrent_writers_and_drafters) {
     history_store     h({.n_tokens_max = 4000});
     std::atomic<bool> stop{false};
     std::atomic<int>  n_drafts{0};
+    std::atomic<int>  n_drafters_started{0};
     std::vector<std::thread> threads;
+    // The writers wait for both drafters, and each drafter finishes at least one round: on a loaded machine (CTest
+    // -j2) the writers could otherwise finish before a drafter ran at all.
     for (int w = 0; w < 2; ++w) {
         threads.emplace_back([&, w] {
+            while (n_drafters_started < 2) std::this_thread::yield();
             std::mt19937 rng(40 + w);
             for (int i = 0; i < 150; ++i) {
                 h.add(rest_ref::random_documents(rng, 1, 120, 30)[0]);
@@ -372,7 +376,8 @@ TEST(draft_history, concurrent_writers_and_drafters) {
             drafter_params p;
             p.use_datastore = false;
             drafter dr(nullptr, &h, p);
-            while (!stop) {
+            n_drafters_started++;
+            do {
                 dr.reset(rest_ref::random_documents(rng, 1, 20, 30)[0]);
                 for (int s = 0; s < 10; ++s) {
                     const draft_tree t = dr.draft(16);
@@ -381,7 +386,7 @@ TEST(draft_history, concurrent_writers_and_drafters) {
                     n_drafts++;
                 }
                 dr.finish();
-            }
+            } while (!stop);
         });
     }
     threads[0].join();
