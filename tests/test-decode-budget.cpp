@@ -145,25 +145,6 @@ TEST(online_budget, calibration_learns_realised_acceptance) {
     EXPECT_GT(b.calibrated(u.scores[0], 4), 0.9);
 }
 
-TEST(online_budget, acceptance_after_a_rejection_is_calibrated_apart) {
-    // The same drafter scores, accepted 9 times in 10 after a fully accepted step and 5 in 10 after a rejection:
-    // the bins learn the blend (0.7), the streak factors move each kind of step to its own rate.
-    online_budget b(k_cpu);
-    draft_tree after_ok = chain(1, 0.7f);
-    draft_tree after_no = after_ok;
-    after_no.follows_rejection = true;
-    EXPECT_DOUBLE_EQ(b.streak_factor(false), 1.0);
-    EXPECT_DOUBLE_EQ(b.streak_factor(true), 1.0);
-    const std::int32_t yes[] = {0};
-    for (int i = 0; i < 2000; ++i) {
-        b.observe_acceptance(after_ok, 1, i % 10 < 9 ? std::span<const std::int32_t>(yes) : std::span<const std::int32_t>());
-        b.observe_acceptance(after_no, 1, i % 10 < 5 ? std::span<const std::int32_t>(yes) : std::span<const std::int32_t>());
-    }
-    EXPECT_NEAR(b.calibrated(0.7f, 1), 0.7, 0.02);
-    EXPECT_NEAR(b.path_probabilities(after_ok)[0], 0.9, 0.03);
-    EXPECT_NEAR(b.path_probabilities(after_no)[0], 0.5, 0.03);
-}
-
 TEST(online_budget, calibration_learned_at_depth_one_applies_at_every_depth) {
     // A drafter that halves its score per level (single-occurrence continuations) while every node is accepted.
     // Verifying only first nodes must teach the policy that deep nodes pay too (conditional calibration).

@@ -121,45 +121,6 @@ class hinting_policy final : public budget_policy {
     std::int32_t hint_;
 };
 
-// Verifies every node, and records, per step, the tree's follows_rejection and whether the walk rejected a node.
-class streak_policy final : public budget_policy {
-  public:
-    void choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) override {
-        for (size_t i = 0; i < qs.size(); ++i) {
-            n_out[i] = (std::int32_t) qs[i].tree->size();
-            flags.push_back(qs[i].tree->follows_rejection);
-        }
-    }
-    void observe_acceptance(const draft_tree &, std::int32_t n_verified, std::span<const std::int32_t> path) override {
-        rejected.push_back((std::int32_t) path.size() < n_verified);
-    }
-    std::vector<bool> flags, rejected;
-};
-
-TEST(decoder, a_tree_says_whether_its_requests_last_step_rejected_a_node) {
-    rest_test::fake_target m(40, 400, 1, 7);
-    m.chains_only_ = true;
-    rest_test::oracle_drafter d(m, 3, 0.6, 0, 4);
-    streak_policy             p;
-    for (int run = 0; run < 2; ++run) {  // a new request starts without a rejection behind it
-        greedy_sampler s;
-        request        r;
-        r.params.n_predict   = 120;
-        r.params.n_draft_max = 4;
-        r.sampler            = &s;
-        r.draft              = &d;
-        p.flags.clear();
-        p.rejected.clear();
-        decoder(m, &p).run(r, std::vector<token_id>{1, 2, 3, (token_id) run});
-        ASSERT_GT(p.flags.size(), 10u);
-        ASSERT_EQ(p.flags.size(), p.rejected.size());
-        EXPECT_FALSE(p.flags[0]);
-        for (size_t k = 1; k < p.flags.size(); ++k) EXPECT_EQ(p.flags[k], p.rejected[k - 1]) << "step " << k;
-        EXPECT_GT(std::count(p.rejected.begin(), p.rejected.end(), true), 2);
-        EXPECT_GT(std::count(p.rejected.begin(), p.rejected.end(), false), 2);
-    }
-}
-
 TEST(decoder, chain_drafting_sizes_its_tree_to_the_policys_hint) {
     // Chains: the tree drafted for a best path is 4x the nodes the policy may verify (the hint, within the
     // request's cap), at most 32; the output stays plain's.

@@ -93,7 +93,6 @@ struct request {
 
     // internal
     token_id root = 0;  // last emitted token, not yet in the KV memory
-    bool     rejected = false;  // the last step rejected a verified draft node (draft_tree::follows_rejection)
     std::vector<token_id> to_prefill;     // prompt tokens to put in memory before the first step (not the root)
     std::size_t           n_prefilled = 0;
     double                t_begin_us  = 0;

@@ -35,10 +35,6 @@ struct draft_tree {
     std::vector<std::int32_t> depths;
     std::vector<float>        scores;
     std::vector<std::uint8_t> sources;
-    // The request's previous step verified a node it then rejected. Acceptance runs in streaks: on the demo model's
-    // code, a first node after a rejection was accepted 44% of the time where the bins said 51%, and after a
-    // fully accepted step 85% where they said 83% (a policy may calibrate the two apart).
-    bool                      follows_rejection = false;
 
     std::size_t size() const { return tokens.size(); }
     bool empty() const { return tokens.empty(); }

@@ -124,7 +124,6 @@ std::int32_t decoder::begin(request & r, std::span<const token_id> prompt, std::
     r.stats.n_prompt = (std::int64_t) prompt.size();
     r.stats.n_cached = kept;
     r.root           = prompt.back();
-    r.rejected       = false;
     if (r.draft) {
         // The request's whole context at most, and not a long context's worth for an unbounded request; first, so
         // that the prompt is indexed into tables of their final size.
@@ -248,7 +247,6 @@ double decoder::draft_all() {
         const auto bad = std::find_if(tree.tokens.begin(), tree.tokens.end(),
                                       [n_vocab](token_id t) { return t < 0 || t >= n_vocab; });
         tree.truncate((std::size_t) (bad - tree.tokens.begin()));
-        tree.follows_rejection = r.rejected;
         const double dt = now_us() - t0;
         r.stats.t_draft_us += dt;
         t_draft += dt;
@@ -415,7 +413,6 @@ std::int64_t decoder::walk() {
         if (policy_ && !tree.empty()) {
             policy_->observe_acceptance(tree, n_real_[i], path_);  // padding says nothing about drafts
         }
-        r.rejected = (std::int64_t) path_.size() < n_real_[i];
         if (r.draft) {
             r.draft->accept(emitted_);
         }

@@ -114,16 +114,10 @@ double online_budget::calibrated(float score, std::uint8_t sources) const {
     return (b.accepted + params_.prior_weight * s) / (b.n + params_.prior_weight);
 }
 
-double online_budget::streak_factor(bool follows_rejection) const {
-    const bin & s = streak_[follows_rejection ? 1 : 0];
-    return (s.accepted + params_.streak_weight) / (s.n + params_.streak_weight);
-}
-
 void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<double> & v) const {
     v.resize(t.size());
-    const double f = streak_factor(t.follows_rejection);
     for (std::size_t i = 0; i < t.size(); ++i) {
-        const double c = std::min(1.0, f * calibrated((float) conditional_score(t, i), t.sources[i]));
+        const double c = calibrated((float) conditional_score(t, i), t.sources[i]);
         v[i]           = t.parents[i] < 0 ? c : v[t.parents[i]] * c;
     }
 }
@@ -689,16 +683,7 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
     for (std::int32_t i = 0; i < n; ++i) {
         const std::int32_t par = tree.parents[i];
         if (par >= 0 && !accepted[par]) continue;
-        const float score = (float) conditional_score(tree, (size_t) i);
-        bin &       s     = streak_[tree.follows_rejection ? 1 : 0];
-        if (s.n >= params_.streak_cap) {
-            const double fade = params_.streak_cap / (s.n + 1);
-            s.accepted *= fade;
-            s.n *= fade;
-        }
-        s.n += calibrated(score, tree.sources[i]);
-        s.accepted += accepted[i];
-        bin & b = bin_of(score, tree.sources[i]);
+        bin & b = bin_of((float) conditional_score(tree, (size_t) i), tree.sources[i]);
         if (b.n >= params_.bin_cap) {  // older evidence fades, so the bin follows a new workload
             b.accepted *= params_.bin_cap / (b.n + 1);
             b.n *= params_.bin_cap / (b.n + 1);

@@ -37,8 +37,6 @@ struct online_budget_params {
     std::int32_t n_max = 64;            // hard cap on nodes per request
     double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score
     double       bin_cap = 2000;        // evidence per acceptance bin is capped, so a new workload moves it
-    double       streak_weight = 20;    // pseudo-observations behind a streak factor of 1 (streak_factor())
-    double       streak_cap = 500;      // expected acceptances behind a streak factor, capped as the bins are
     double       time_ema = 0.05;       // weight of a new step in the cost ratio shared by all shapes
     double       forget_steps = 500;    // a cost estimate not re-measured fades linearly to the shared ratio: half-way
                                         // after this many steps, all the way after twice as many
@@ -104,11 +102,8 @@ class online_budget final : public budget_policy {
     // The probability currently assigned to a node being accepted once its parent is, for this conditional
     // drafter score (the node's score over its parent's) and source mask.
     double calibrated(float score, std::uint8_t sources) const;
-    // Path probabilities of every node of t: products of calibrated() along each path, each times streak_factor().
+    // Path probabilities of every node of t: products of calibrated() along each path.
     std::vector<double> path_probabilities(const draft_tree & t) const;
-    // Accepted over calibrated() for nodes of trees with this draft_tree::follows_rejection (1 until measured): the
-    // bins blend steps after a rejection with steps after a full acceptance, which accept less and more.
-    double streak_factor(bool follows_rejection) const;
     // Predicted time of a step's pass (all but drafting), steady shape; n_equal as in step_report.
     // n_seqs as in step_report: in the tree layout each leaf beyond one per request costs seq_us() more (llama.cpp's
     // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
@@ -279,7 +274,6 @@ class online_budget final : public budget_policy {
     cost_table                                  table_;
     online_budget_params                        params_;
     std::vector<bin>                            acceptance_;  // [sources * k_bins + bin]
-    bin                                         streak_[2];   // [follows_rejection]: n = sum of calibrated()
     std::vector<cost_est>                       single_;      // by rows, one request
     batch                                       scratch_;     // per-step scratch of choose() and choose_equal()
     std::vector<std::size_t>                    next_;

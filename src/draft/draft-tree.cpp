@@ -14,7 +14,6 @@ void draft_tree::clear() {
     depths.clear();
     scores.clear();
     sources.clear();
-    follows_rejection = false;
 }
 
 std::int32_t draft_tree::add(token_id token, std::int32_t parent, float score, std::uint8_t source_mask) {
