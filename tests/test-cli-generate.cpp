@@ -263,6 +263,20 @@ TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
     const auto sj = nlohmann::json::parse(spec.out);
     EXPECT_EQ(sj["tokens"], pj["tokens"]);
     EXPECT_LT(sj["n_forward"].get<int>(), pj["n_forward"].get<int>());
+
+    // The warm-up (on by default) changes nothing but timing, and --no-warmup skips it (--verbose says which).
+    for (const std::string flags : {" --no-spec", ""}) {
+        const std::string cmd = "generate -m " + shell_quote(model_) + " -p " + shell_quote(prompt) +
+                                " -n 48 --json -t 1 --verbose --index " + shell_quote(idx) + flags;
+        const auto warm = run(cmd);
+        const auto cold = run(cmd + " --no-warmup");
+        ASSERT_EQ(warm.code, 0) << warm.err;
+        ASSERT_EQ(cold.code, 0) << cold.err;
+        EXPECT_EQ(nlohmann::json::parse(warm.out)["tokens"], pj["tokens"]) << flags;
+        EXPECT_EQ(nlohmann::json::parse(cold.out)["tokens"], pj["tokens"]) << flags;
+        EXPECT_NE(warm.err.find("rest: warm-up: up to"), std::string::npos) << warm.err;
+        EXPECT_EQ(cold.err.find("warm-up"), std::string::npos) << cold.err;
+    }
 }
 
 // Predicted outputs: --prediction-file for every prompt and --prediction-field per JSONL record; the output stays
