@@ -547,7 +547,18 @@ TEST_F(ServerApi, BadInputGetsOpenAIStyleErrors) {
             EXPECT_EQ(r.json["error"]["param"], c.param) << c.body.substr(0, 100) << " -> " << r.body;
         }
     }
-    EXPECT_EQ(api().get("/v1/completions").status, 405);
+    // A known path asked with another method: 405, an OpenAI-style error and the methods it takes; an unknown path
+    // stays 404.
+    for (const auto & [r, allow] : std::vector<std::pair<http_reply, std::string>>{
+             {api().get("/v1/completions"), "POST"}, {api().put("/v1/chat/completions", "{}"), "POST"},
+             {api().del("/v1/corpora"), "GET, POST"}, {api().put("/v1/corpora", "{}"), "GET, POST"},
+             {api().get("/v1/corpora/some-name"), "DELETE"}, {api().post("/health", std::string("{}")), "GET"},
+             {api().del("/v1/models"), "GET"}, {api().get("/tokenize"), "POST"}, {api().del("/v1/corpus"), "GET, POST"}}) {
+        EXPECT_EQ(r.status, 405) << allow << " " << r.body;
+        EXPECT_EQ(r.allow, allow) << r.body;
+        EXPECT_EQ(r.json["error"]["code"], "method_not_allowed") << r.body;
+    }
+    EXPECT_EQ(api().get("/v1/no-such-path").status, 404);
     // Bodies beyond the limit (8 MiB) are refused before they are parsed.
     const http_reply big = api().post("/v1/completions", std::string(9u << 20, ' '));
     EXPECT_EQ(big.status, 413) << big.body.substr(0, 200);

@@ -163,6 +163,7 @@ struct http_reply {
     std::string    body;
     nlohmann::json json;        // parsed body (null when it is not JSON)
     std::string    content_type;
+    std::string    allow;       // the Allow header (a 405 names the methods the path takes)
 };
 
 struct sse_reply {
@@ -180,6 +181,7 @@ class client {
     http_reply get(const std::string & path) const { return call("GET", path, ""); }
     http_reply del(const std::string & path) const { return call("DELETE", path, ""); }
     http_reply post(const std::string & path, const std::string & body) const { return call("POST", path, body); }
+    http_reply put(const std::string & path, const std::string & body) const { return call("PUT", path, body); }
     http_reply post(const std::string & path, const nlohmann::json & body) const { return post(path, body.dump()); }
 
     // POSTs and reads Server-Sent Events. With max_events >= 0, closes the connection after that many events (a
@@ -239,6 +241,7 @@ class client {
         cli.set_read_timeout(120, 0);
         httplib::Result r = method == "GET"      ? cli.Get(path.c_str(), headers())
                             : method == "DELETE" ? cli.Delete(path.c_str(), headers())
+                            : method == "PUT"    ? cli.Put(path.c_str(), headers(), body, "application/json")
                                                  : cli.Post(path.c_str(), headers(), body, "application/json");
         http_reply out;
         if (!r) {
@@ -247,6 +250,7 @@ class client {
         out.status       = r->status;
         out.body         = r->body;
         out.content_type = r->get_header_value("Content-Type");
+        out.allow        = r->get_header_value("Allow");
         out.json         = nlohmann::json::parse(out.body, nullptr, false);
         if (out.json.is_discarded()) {
             out.json = nullptr;

@@ -26,3 +26,17 @@ bool authorized(const httplib::Request & req, const std::string & key) {
     }
     return diff == 0;
 }
+
+void refuse_other_methods(httplib::Server & svr, const std::string & pattern, const std::string & allow) {
+    const auto refuse = [allow](const httplib::Request & req, httplib::Response & res) {
+        res.set_header("Allow", allow);
+        reply_error(res, api_error(405, req.method + " is not allowed on " + req.path + ": use " + allow,
+                                   "invalid_request_error", "", "method_not_allowed"));
+    };
+    const auto allowed = [&allow](const std::string & m) { return allow.find(m) != std::string::npos; };
+    if (!allowed("GET")) svr.Get(pattern, refuse);
+    if (!allowed("POST")) svr.Post(pattern, refuse);
+    if (!allowed("PUT")) svr.Put(pattern, refuse);
+    if (!allowed("PATCH")) svr.Patch(pattern, refuse);
+    if (!allowed("DELETE")) svr.Delete(pattern, refuse);
+}

@@ -175,10 +175,6 @@ void add_completion_routes(httplib::Server & svr, server_state & st) {
     svr.Post("/v1/chat/completions", [&st](const httplib::Request & req, httplib::Response & res) {
         handle_completion(st, req, res, api_kind::chat);
     });
-    for (const char * path : {"/v1/completions", "/v1/chat/completions"}) {
-        svr.Get(path, [](const httplib::Request & req, httplib::Response & res) {
-            reply_error(res, api_error(405, "use POST for " + req.path, "invalid_request_error", "",
-                                       "method_not_allowed"));
-        });
-    }
+    refuse_other_methods(svr, "/v1/completions", "POST");
+    refuse_other_methods(svr, "/v1/chat/completions", "POST");
 }

@@ -85,4 +85,6 @@ void add_corpora_routes(httplib::Server & svr, server_state & st) {
             reply_error(res, from(e));
         }
     });
+    refuse_other_methods(svr, "/v1/corpora", "GET, POST");
+    refuse_other_methods(svr, R"(/v1/corpora/([^/]+))", "DELETE");
 }

@@ -144,4 +144,6 @@ void add_info_routes(httplib::Server & svr, server_state & st) {
             reply_error(res, e);
         }
     });
+    for (const char * path : {"/health", "/v1/models", "/metrics"}) refuse_other_methods(svr, path, "GET");
+    refuse_other_methods(svr, "/v1/corpus", "GET, POST");
 }

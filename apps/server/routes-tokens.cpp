@@ -38,4 +38,5 @@ void add_token_routes(httplib::Server & svr, server_state & st) {
             reply_error(res, e);
         }
     });
+    for (const char * path : {"/tokenize", "/detokenize", "/apply-template"}) refuse_other_methods(svr, path, "POST");
 }
