@@ -278,20 +278,16 @@ void run_build(const build_args & a) {
     p.n_threads = a.n_threads > 0 ? a.n_threads : std::max(1u, std::thread::hardware_concurrency());
     p.index.n_shard_tokens_max = a.shard_tokens;
     std::uint64_t base_docs = 0, base_tokens = 0;
-    std::unique_ptr<rest::index_write_lock> locked;
     if (std::filesystem::is_directory(a.output)) {
         throw rest::user_error("the output '" + a.output + "' is a directory");
     }
+    const auto locked = lock_index(a.output);  // first, so that an append's counts are of the file it extends
     if (a.append) {
-        // Locked first, so that the counts are of the file this append extends. A one-line error for a missing or
-        // bad index; the builder reads the base once.
-        locked          = lock_index(a.output);
+        // A one-line error for a missing or bad index; the builder reads the base once.
         const auto base = rest::datastore::open(a.output, 0, "", rest::datastore::access::one_pass);
         base_docs       = base->info().n_documents;
         base_tokens     = base->info().n_tokens;
         p.index.base    = a.output;
-    } else {
-        locked = lock_index(a.output);
     }
 
     const bool    tty = ::isatty(STDERR_FILENO) != 0;

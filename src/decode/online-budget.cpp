@@ -211,9 +211,7 @@ double online_budget::seq_us() const {
 double online_budget::step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const {
     const std::int32_t threads = threads_of(n_rows, n_equal);
     const double       typical = predict_on(n_rows, n_past, n_equal, n_seqs, threads) +
-                           (same_shape(n_rows, n_equal, n_seqs)
-                                ? 0.0
-                                : std::max(priced_change_us(n_rows, n_past, n_equal, threads), cold_us(n_rows, n_equal)));
+                           (same_shape(n_rows, n_equal, n_seqs) ? 0.0 : priced_change_us(n_rows, n_past, n_equal, threads));
     return typical * slowdown(threads);
 }
 
@@ -232,11 +230,11 @@ double online_budget::priced_change_us(std::int32_t n_rows, std::int32_t n_past,
     // threads of that CPU costs 1.5x two rows on one); otherwise the plain regime is taken to prevail. Between two
     // drafting shapes this charges the change itself plus the difference of their ways back (which differ when
     // their thread counts do).
-    // One request's steps are charged the change alone (step_us() adds a shape's cold first pass, cold_us()): the
+    // One request's steps are charged the change alone (or the shape's cold first pass: single_change_us()): the
     // learned values of its shapes (learn_values()) say what being at a shape is worth over the steps that follow,
     // plain's among them.
     const std::size_t  n_req    = std::max<std::size_t>(n_live_, 1);
-    if (n_req == 1) return change_us(threads, last_threads_);
+    if (n_req == 1) return single_change_us(n_rows, n_equal, threads);
     const bool         drafting = n_rows > (std::int32_t) n_req;
     const bool         was      = last_rows_ > last_requests_;  // the last pass drafted (0 rows: another pass)
     const std::int32_t plain_threads = threads_of((std::int32_t) n_req, 1);
@@ -267,6 +265,10 @@ double online_budget::change_us(std::int32_t threads, std::int32_t from) const {
     return s && s->n > 0 ? s->median : rebuild_us();
 }
 
+double online_budget::single_change_us(std::int32_t n_rows, std::size_t n_equal, std::int32_t threads) const {
+    return std::max(change_us(threads, last_threads_), cold_us(n_rows, n_equal));
+}
+
 double online_budget::rebuild_us() const {
     return rebuild_.n > 0 ? rebuild_.median : table_.rebuild_us * ratio_all_;
 }
@@ -279,16 +281,18 @@ bool online_budget::observe_first_use(const step_report & r, bool same, bool war
     pending_cold_ = {0, 0.0};
     // One request's first pass of this shape in this process (see cold_us()); a warm-up pass is cold anyway.
     if (r.n_requests != 1 || r.n_equal != 1 || r.n_rows < 1 || r.n_rows >= k_rows_flat) return false;
-    if (seen_.size() <= (std::size_t) r.n_rows) seen_.resize((std::size_t) r.n_rows + 1, 0);
-    const bool first = !seen_[(std::size_t) r.n_rows];
-    seen_[(std::size_t) r.n_rows] = 1;
+    const bool first = !seen(r.n_rows);
+    mark_seen(r.n_rows);
     return first;
 }
 
+void online_budget::mark_seen(std::int32_t n_rows) {
+    if (seen_.size() <= (std::size_t) n_rows) seen_.resize((std::size_t) n_rows + 1, 0);
+    seen_[(std::size_t) n_rows] = 1;
+}
+
 void online_budget::observe_warm_up(std::int32_t max_rows) {
-    const std::int32_t n = std::min(max_rows, k_rows_flat - 1);
-    if (n >= 1 && seen_.size() <= (std::size_t) n) seen_.resize((std::size_t) n + 1, 0);
-    for (std::int32_t i = 1; i <= n; ++i) seen_[(std::size_t) i] = 1;
+    for (std::int32_t i = 1; i <= std::min(max_rows, k_rows_flat - 1); ++i) mark_seen(i);
 }
 
 double online_budget::cold_us(std::int32_t n_rows, std::size_t n_equal) const {
@@ -309,9 +313,7 @@ online_budget::single_price online_budget::price_single(std::int32_t n_rows, std
     p.threads         = threads_of(n_rows, 1);
     const double slow = slowdown(p.threads);
     p.steady_us       = predict_on(n_rows, n_past, 1, n_seqs, p.threads) * slow;
-    p.change_us       = same_shape(n_rows, 1, n_seqs)
-                            ? 0.0
-                            : std::max(change_us(p.threads, last_threads_), cold_us(n_rows, 1)) * slow;
+    p.change_us       = same_shape(n_rows, 1, n_seqs) ? 0.0 : single_change_us(n_rows, 1, p.threads) * slow;
     return p;
 }
 

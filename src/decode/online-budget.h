@@ -109,8 +109,8 @@ class online_budget final : public budget_policy {
     // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
     // takes 1.0), learned from the branchy passes themselves (0 until one is seen).
     double predict_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
-    // The same plus what a change of shape is priced at (priced_change_us(), or a shape's cold first pass where that
-    // is more: cold_us()) if the shape (rows, n_equal and, when known, n_seqs as in step_report) differs from the
+    // The same plus what a change of shape is priced at (priced_change_us(): for one request, a shape's cold first
+    // pass where that is more than the change) if the shape (rows, n_equal and, when known, n_seqs as in step_report) differs from the
     // last pass's, times the slowdown of its thread count: what a step is priced at.
     double step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal = 1, std::int32_t n_seqs = 0) const;
     // What one request's first pass of n_rows rows in this process costs beyond the next one (0 once the process has
@@ -208,7 +208,7 @@ class online_budget final : public budget_policy {
     static constexpr std::int32_t k_rows_flat = 4096;
     double drafting_step_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs) const;
     // step_us() of one request's pass in parts: its steady time and the change charged if its shape is not the last
-    // pass's (the change alone, or the shape's cold first pass where that is more), both times its threads' slowdown.
+    // pass's (single_change_us()), both times its threads' slowdown.
     struct single_price {
         double       steady_us = 0, change_us = 0;
         std::int32_t threads   = 0;
@@ -223,6 +223,10 @@ class online_budget final : public budget_policy {
     // Whether this pass is one request's first of its shape in the process (marking it seen), after taking the
     // pending first pass's cold cost from it where it is that shape's second (see cold_us()).
     bool   observe_first_use(const step_report & r, bool same, bool warm_up);
+    void   mark_seen(std::int32_t n_rows);  // one request's pass of n_rows rows ran in this process
+    // One request's change to a pass of n_rows rows on `threads`: the change itself (change_us()), or the shape's
+    // cold first pass (cold_us()) where that is more.
+    double single_change_us(std::int32_t n_rows, std::size_t n_equal, std::int32_t threads) const;
     // What a change to a pass on `threads` costs after a pass on `from` (last_threads_: the last pass): rebuild_us(),
     // or when the thread count changes too, what such changes were measured to cost (learned apart).
     double change_us(std::int32_t threads, std::int32_t from) const;
