@@ -23,7 +23,7 @@ struct run_record {
 // cost(r, pass index, t) us. The drafter proposes the target's greedy continuation with probability p_oracle per level.
 run_record run_timed3(budget_policy & policy, const std::function<double(int, int, int)> & cost, int n, double p_oracle,
                       float level_score = 0.9f, std::uint64_t seed = 3) {
-    fake_target     f(40, 4000, 1, seed);
+    fake_target     f(40, std::max(4000, n + 64), 1, seed);  // room for every token asked
     int             passes = 0;
     run_record      rec;
     threaded_target m(f, [&](int rows, int threads) {
@@ -140,6 +140,29 @@ TEST(online_budget_run, a_busy_machine_that_slows_passes_on_every_core_keeps_dra
     const double later = (double) (r.nodes.size() - 200);
     EXPECT_LT((double) wide, 0.1 * later) << "passes on two threads after learning";
     EXPECT_GT((double) drafting, 0.8 * later) << "one-node drafts on one thread pay";
+}
+
+TEST(online_budget_run, checks_of_plain_decoding_stay_a_small_share_where_plain_passes_have_a_heavy_tail) {
+    // Two cores, one busy: a plain pass on both threads usually takes 400 us but one in ten waits 40 ms for the busy
+    // core, while 2-row drafting passes on one thread take 300 us and drafts are right 60% of the time. Drafting wins
+    // by far; the plain passes that check it must stay near plain_cost_frac of the time. (With an EMA of their cost
+    // that forgot each slow one within a few checks, they took 16% of a busy bench's time.)
+    int         n_plain  = 0;
+    double      plain_us = 0;
+    auto        busy     = [&](int rows, int, int threads) {
+        if (rows > 1) return threads >= 2 ? 300.0 + 80.0 * rows : 200.0 + 50.0 * rows;
+        const double us = n_plain++ % 10 == 3 ? 40000.0 : 400.0;
+        plain_us += us;
+        return us;
+    };
+    budget_spec spec;
+    spec.costs         = table_of({1, 2, 4, 8, 16}, {330, 300, 400, 600, 1000});
+    spec.costs.threads = {2, 1, 1, 1, 1};
+    auto policy = make_budget_policy(spec);
+    const run_record r = run_timed3(*policy, busy, 10000, 0.6);
+    EXPECT_LT(plain_us, 0.03 * r.modelled_us) << n_plain << " plain passes took " << plain_us / 1000 << " of "
+                                              << r.modelled_us / 1000 << " ms, in " << r.nodes.size() << " steps";
+    EXPECT_GE(n_plain, 1) << "plain decoding is checked at all";
 }
 
 TEST(online_budget_run, switches_drafting_off_where_drafting_costs_more_than_drafts_earn) {

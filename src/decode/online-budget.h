@@ -51,7 +51,8 @@ struct online_budget_params {
     // plain decoding costs now (steps without a draft count too): as often as keeps these checks near
     // plain_cost_frac of the time.
     std::int32_t plain_every = 64;
-    std::int32_t plain_every_max = 512;
+    std::int32_t plain_every_max = 4096;
+    double       check_ema = 0.02;    // weight of a plain pass in the mean a check costs, after the first 1 / check_ema
     double       plain_cost_frac = 0.01;
     // One request's shapes (rows of its pass): the value of being at each, learned from every step's draft (see
     // learn_values()), so that a change of shape is paid once for what it earns over the steps after it.
@@ -149,6 +150,11 @@ class online_budget final : public budget_policy {
         std::int32_t n_off = 0;     // probes in a row that did not pay
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
         double       plain_ratio = 0;  // EMA of a plain pass's measured / start-up time, preempted passes included
+        // The mean time of a plain pass (its change of shape included): what a check costs (plain_interval()). A
+        // long memory: with a busy core at two threads, one plain pass in ten took 4-110 ms against 0.4 ms for the
+        // others, and plain_ratio's EMA forgot each within a few checks, which then took 16% of the time.
+        double       check_us = 0;
+        std::int32_t n_checks = 0;
         // The spread of the loss (t_spent - t_plain per step) comes from the steps whose pass time was measured: a
         // step that verified nothing after a pass of its shape lost exactly its drafting time and exit charge
         // (update_gain()).
