@@ -41,6 +41,7 @@ struct bench_args {
     bool                   chat = false;
     bool                   quiet = false;
     std::int32_t           warmup = 16;
+    std::int32_t           settle_ms = 10;
     std::string            command;
     std::vector<std::int32_t> streams;  // non-empty: the concurrency experiment (bench-streams.h) instead
     std::int32_t           reps = 3;
@@ -258,6 +259,7 @@ void run_bench(const bench_args & a) {
             for (size_t k = 0; k < methods.size(); ++k) {
                 const size_t m = (off + k) % methods.size();
                 const auto pred = prediction_for(methods[m], ri, turn);
+                std::this_thread::sleep_for(std::chrono::milliseconds(a.settle_ms));  // see --settle-ms
                 row[m].run     = runners[m]->run(prompt, a.n_predict, a.sampling, pred);
                 row[m].ran     = true;
             }
@@ -399,6 +401,14 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--warmup", a->warmup,
                     "Tokens of unrecorded plain warm-up on the first prompt, after the warm-up passes of the sizes "
                     "rest may verify (0: neither)")
+        ->capture_default_str();
+    // Why: after a pass on several threads llama.cpp's OpenMP workers spin for a few ms. With another process on a
+    // core, the method run next shared the CPUs with them: one fixed budget under two names differed by up to 2x in
+    // one run, by 1-5% with this pause.
+    cmd->add_option("--settle-ms", a->settle_ms,
+                    "Pause before each method's run of a prompt, so that none runs beside the threads the one before "
+                    "left spinning (0: none)")
+        ->check(CLI::Range(0, 60000))
         ->capture_default_str();
     cmd->add_flag("--quiet", a->quiet, "No per-prompt progress on stderr");
     cmd->add_option("--streams", a->streams,

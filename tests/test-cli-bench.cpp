@@ -232,6 +232,10 @@ TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
         const auto r = run(base + bad);  // rest-datastore without --index
         EXPECT_TRUE(r.one_line_error()) << bad << ": code " << r.code << " stderr: " << r.err;
     }
+    for (const char * bad : {"-1", "x", "60001"}) {
+        const auto st = run(base + "plain --settle-ms " + bad);
+        EXPECT_TRUE(st.one_line_error()) << "--settle-ms " << bad << ": code " << st.code << " stderr: " << st.err;
+    }
     const auto r = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(dir_ + "/missing.jsonl") +
                        " --out " + shell_quote(dir_ + "/out"));
     EXPECT_TRUE(r.one_line_error()) << r.err;
