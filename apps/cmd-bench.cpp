@@ -313,6 +313,7 @@ void run_bench(const bench_args & a) {
     meta["prompts"]      = {{"path", a.prompts}, {"field", a.field}, {"n_records", records.size()},
                             {"n_cases", cases.size()}, {"n_run", n_run}, {"chat_template", chat_mode}};
     meta["n_predict"]    = a.n_predict;
+    meta["settle_ms"]    = a.settle_ms;
     meta["n_ctx_slot"]   = s.context().n_ctx_slot();
     meta["draft_layout"] = s.layout();
     meta["threads"]      = a.sp.ctx.n_threads > 0 ? a.sp.ctx.n_threads : (int) std::thread::hardware_concurrency();
@@ -403,11 +404,11 @@ void add_bench_command(CLI::App & root) {
                     "rest may verify (0: neither)")
         ->capture_default_str();
     // Why: after a pass on several threads llama.cpp's OpenMP workers spin for a few ms. With another process on a
-    // core, the method run next shared the CPUs with them: one fixed budget under two names differed by up to 2x in
-    // one run, by 1-5% with this pause.
+    // core, the method run next shared the CPUs with them: one fixed budget under three names came out 0.53-0.97
+    // (slowest over fastest) in one run, 0.89-0.99 with this pause.
     cmd->add_option("--settle-ms", a->settle_ms,
                     "Pause before each method's run of a prompt, so that none runs beside the threads the one before "
-                    "left spinning (0: none)")
+                    "left spinning (0: none; the method table only, not --streams)")
         ->check(CLI::Range(0, 60000))
         ->capture_default_str();
     cmd->add_flag("--quiet", a->quiet, "No per-prompt progress on stderr");

@@ -92,6 +92,7 @@ TEST_F(bench_cli, writes_results_and_rest_output_equals_plain) {
     ASSERT_EQ(j["methods"].size(), 9u);
     ASSERT_EQ(j["cases"].size(), prompts.size());
     EXPECT_TRUE(j["machine"].contains("loadavg_start"));
+    EXPECT_EQ(j.value("settle_ms", -1), 10) << "the default pause between methods, recorded";
     EXPECT_FALSE(j["cost_table"]["rows"].empty());
     // ngram-cache@N drafts with the static cache of the datastore's corpus, as ngram-cache does.
     EXPECT_GT(j.value("ngram_static_cache_ngrams", 0), 0);

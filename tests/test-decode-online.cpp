@@ -23,7 +23,7 @@ struct run_record {
 // cost(r, pass index, t) us. The drafter proposes the target's greedy continuation with probability p_oracle per level.
 run_record run_timed3(budget_policy & policy, const std::function<double(int, int, int)> & cost, int n, double p_oracle,
                       float level_score = 0.9f, std::uint64_t seed = 3) {
-    fake_target     f(40, std::max(4000, n + 64), 1, seed);  // room for every token asked
+    fake_target     f(40, 4000, 1, seed);
     int             passes = 0;
     run_record      rec;
     threaded_target m(f, [&](int rows, int threads) {
@@ -142,29 +142,6 @@ TEST(online_budget_run, a_busy_machine_that_slows_passes_on_every_core_keeps_dra
     EXPECT_GT((double) drafting, 0.8 * later) << "one-node drafts on one thread pay";
 }
 
-TEST(online_budget_run, checks_of_plain_decoding_stay_a_small_share_where_plain_passes_have_a_heavy_tail) {
-    // Two cores, one busy: a plain pass on both threads usually takes 400 us but one in ten waits 40 ms for the busy
-    // core, while 2-row drafting passes on one thread take 300 us and drafts are right 60% of the time. Drafting wins
-    // by far; the plain passes that check it must stay near plain_cost_frac of the time. (With an EMA of their cost
-    // that forgot each slow one within a few checks, they took 16% of a busy bench's time.)
-    int         n_plain  = 0;
-    double      plain_us = 0;
-    auto        busy     = [&](int rows, int, int threads) {
-        if (rows > 1) return threads >= 2 ? 300.0 + 80.0 * rows : 200.0 + 50.0 * rows;
-        const double us = n_plain++ % 10 == 3 ? 40000.0 : 400.0;
-        plain_us += us;
-        return us;
-    };
-    budget_spec spec;
-    spec.costs         = table_of({1, 2, 4, 8, 16}, {330, 300, 400, 600, 1000});
-    spec.costs.threads = {2, 1, 1, 1, 1};
-    auto policy = make_budget_policy(spec);
-    const run_record r = run_timed3(*policy, busy, 10000, 0.6);
-    EXPECT_LT(plain_us, 0.03 * r.modelled_us) << n_plain << " plain passes took " << plain_us / 1000 << " of "
-                                              << r.modelled_us / 1000 << " ms, in " << r.nodes.size() << " steps";
-    EXPECT_GE(n_plain, 1) << "plain decoding is checked at all";
-}
-
 TEST(online_budget_run, switches_drafting_off_where_drafting_costs_more_than_drafts_earn) {
     // The start-up table says drafts are worth a little, but every pass of more than one row costs 4x what it says
     // (the walk and the commit of a tree layout, say). The estimates must learn it, drafting (the drafter's own
@@ -277,6 +254,31 @@ TEST(online_budget, a_slow_first_pass_does_not_make_drafting_look_cheap) {
     for (int k = 0; k < 40; ++k) b.observe_step(step_of(2, 260, 0, 2, true));
     EXPECT_LT(b.gain(1), 0.85) << "drafting at 260 us per 2 tokens against plain's 100 per token";
     EXPECT_TRUE(b.drafting_off(1)) << "and so switched off";
+}
+
+TEST(online_budget, checks_of_plain_decoding_stay_a_small_share_where_plain_passes_have_a_heavy_tail) {
+    // A busy core at two threads: a plain pass takes 400 us, but one in ten 40 ms; a drafting step takes 300 us for 2
+    // tokens. The plain passes that check drafting against plain decoding must stay a small share of the time. With
+    // their interval priced from plain's short EMA, which forgot each slow pass within a few checks, they took 2.8%
+    // here (16-26% of a busy stories260K bench's pass time). Step reports only: no wall clock in the test.
+    online_budget b(table_of({1, 2, 4}, {330, 300, 400}, 0), no_exploration());
+    b.observe_step(step_of(1, 400));  // the cold first pass
+    double plain_us = 0, total_us = 0;
+    int    n_plain = 0;
+    for (int k = 0; k < 40000; ++k) {
+        if (b.want_draft(1, false)) {
+            b.observe_step(step_of(2, 300, 0, 2, true));
+            total_us += 300;
+        } else {
+            const double us = n_plain++ % 10 == 1 ? 40000.0 : 400.0;
+            b.observe_step(step_of(1, us));
+            plain_us += us;
+            total_us += us;
+        }
+    }
+    EXPECT_GE(n_plain, 3) << "plain decoding is checked at all";
+    EXPECT_LT(plain_us, 0.02 * total_us) << n_plain << " plain passes took " << plain_us / 1000 << " of "
+                                         << total_us / 1000 << " ms";
 }
 
 TEST(online_budget, drafting_that_is_never_used_is_switched_off_through_noisy_passes) {

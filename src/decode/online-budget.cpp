@@ -413,14 +413,17 @@ void online_budget::observe_request(bool predicted) {
 
 std::int32_t online_budget::plain_interval(const mode & m) const {
     // A plain step among drafting ones costs about itself plus a change of shape each way (llama.cpp's graph, and on
-    // a CPU the thread count): spaced so that this stays near plain_cost_frac of the drafting steps' time.
+    // a CPU the thread count): spaced so that this stays near plain_cost_frac / gain of the drafting steps' time.
     if (!(m.t_spent > 0) || !(m.plain_ratio > 0)) return params_.plain_every;
-    // Measured, where checks were: their mean, the OS's preemptions included, plus the change back to drafting.
+    // Measured, once plain passes were: their mean, the OS's preemptions included, plus the change back to drafting.
+    // (Plain passes while drafting is off count too: steady ones, a change short of a check, so checks err frequent.)
     const double check = m.n_checks > 0 ? m.check_us + rebuild_us()
                                         : prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
     // And the more drafting gains, the rarer: a check can only turn drafting off where plain decoding has become
     // cheaper by the whole gain (what acceptance does is measured by the drafting steps themselves). With a busy
-    // core at two threads, drafting ran 5-7x plain's speed, and the checks alone cost 16% of the time.
+    // core at two threads, drafting ran 4-10x plain's speed, and the checks took 16-26% of the passes' time.
+    // The price: after a slow plain pass, plain's cost and the gain stay high until later checks bring them down
+    // (plain_ratio moves at plain passes only, by plain_ema each), and those may be plain_every_max apart.
     const double steps = check * std::max(1.0, m.t_plain / m.t_spent) / (params_.plain_cost_frac * m.t_spent);
     return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }
@@ -858,7 +861,8 @@ void online_budget::observe_step(const step_report & r) {
         const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);
         if (!warm_up) {
             m.plain_ratio = m.plain_ratio > 0 ? (1 - params_.plain_ema) * m.plain_ratio + params_.plain_ema * ratio : ratio;
-            const double w = std::max(params_.check_ema, 1.0 / (double) ++m.n_checks);
+            m.n_checks     = std::min(m.n_checks + 1, 1 << 20);  // past 1 / check_ema only the EMA's weight counts
+            const double w = std::max(params_.check_ema, 1.0 / (double) m.n_checks);
             m.check_us     = (1 - w) * m.check_us + w * r.t_pass_us;
         }
     } else {

@@ -49,7 +49,7 @@ struct online_budget_params {
     std::int32_t warm_up_steps = 6;     // a process's first passes, which set no cost estimate (observe_step())
     // While drafting, a plain step every plain_every to plain_every_max steps, so that the gain compares with what
     // plain decoding costs now (steps without a draft count too): as often as keeps these checks near
-    // plain_cost_frac of the time.
+    // plain_cost_frac of the time, over the gain drafting measured (plain_interval()).
     std::int32_t plain_every = 64;
     std::int32_t plain_every_max = 4096;
     double       check_ema = 0.02;    // weight of a plain pass in the mean a check costs, after the first 1 / check_ema
@@ -151,8 +151,9 @@ class online_budget final : public budget_policy {
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
         double       plain_ratio = 0;  // EMA of a plain pass's measured / start-up time, preempted passes included
         // The mean time of a plain pass (its change of shape included): what a check costs (plain_interval()). A
-        // long memory: with a busy core at two threads, one plain pass in ten took 4-110 ms against 0.4 ms for the
-        // others, and plain_ratio's EMA forgot each within a few checks, which then took 16% of the time.
+        // long memory: with a busy core at two threads, plain passes took 0.4-0.7 ms and now and then 4-168 ms, and
+        // plain_ratio's EMA forgot each slow one within a few checks, which then took 16-26% of the passes' time.
+        // Neither is saved with the warm state (nor is plain_ratio): a run measures its own.
         double       check_us = 0;
         std::int32_t n_checks = 0;
         // The spread of the loss (t_spent - t_plain per step) comes from the steps whose pass time was measured: a
