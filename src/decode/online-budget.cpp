@@ -417,7 +417,7 @@ std::int32_t online_budget::plain_interval(const mode & m) const {
     if (!(m.t_spent > 0) || !(m.plain_ratio > 0)) return params_.plain_every;
     // Measured, once plain passes were: their mean, the OS's preemptions included, plus the change back to drafting.
     // (Plain passes while drafting is off count too: steady ones, a change short of a check, so checks err frequent.)
-    const double check = m.n_checks > 0 ? m.check_us + rebuild_us()
+    const double check = m.n_plain_seen > 0 ? m.check_us + rebuild_us()
                                         : prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
     // And the more drafting gains, the rarer: a check can only turn drafting off where plain decoding has become
     // cheaper by the whole gain (what acceptance does is measured by the drafting steps themselves). With a busy
@@ -861,8 +861,8 @@ void online_budget::observe_step(const step_report & r) {
         const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);
         if (!warm_up) {
             m.plain_ratio = m.plain_ratio > 0 ? (1 - params_.plain_ema) * m.plain_ratio + params_.plain_ema * ratio : ratio;
-            m.n_checks     = std::min(m.n_checks + 1, 1 << 20);  // past 1 / check_ema only the EMA's weight counts
-            const double w = std::max(params_.check_ema, 1.0 / (double) m.n_checks);
+            m.n_plain_seen = std::min(m.n_plain_seen + 1, 1 << 20);  // past 1 / check_ema only the EMA's weight counts
+            const double w = std::max(params_.check_ema, 1.0 / (double) m.n_plain_seen);
             m.check_us     = (1 - w) * m.check_us + w * r.t_pass_us;
         }
     } else {

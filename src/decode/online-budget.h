@@ -155,7 +155,7 @@ class online_budget final : public budget_policy {
         // plain_ratio's EMA forgot each slow one within a few checks, which then took 16-26% of the passes' time.
         // Neither is saved with the warm state (nor is plain_ratio): a run measures its own.
         double       check_us = 0;
-        std::int32_t n_checks = 0;
+        std::int32_t n_plain_seen = 0;  // plain passes in check_us (every plain pass, not only checks)
         // The spread of the loss (t_spent - t_plain per step) comes from the steps whose pass time was measured: a
         // step that verified nothing after a pass of its shape lost exactly its drafting time and exit charge
         // (update_gain()).
