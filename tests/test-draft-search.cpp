@@ -201,3 +201,79 @@ TEST(draft_search, context_matcher_equals_scan) {
         }
     }
 }
+
+// Several shards, of which only the longest match's are drafted from: sa_match_update_longest() must give the
+// longest match over all shards and, for every shard whose match is that long, its exact range, while a shard left
+// inexact must truly fall short of it. Against a scan of each shard, with shards of unequal sizes sharing text (so
+// that they tie and differ), and with fewer searches than bringing every shard up to date.
+TEST(draft_search, longest_over_shards_equals_scan) {
+    std::mt19937 rng(3);
+    for (const corpus_case & c : k_cases) {
+        for (const int n_shards : {2, 3, 5}) {
+            for (const int n_max : {1, 4, 16}) {
+                for (const int n_min : {1, 2, 3}) {
+                    const auto base = rest_ref::random_documents(rng, c.n_docs, c.len_max, c.n_vocab);
+                    std::vector<std::unique_ptr<ref_shard>> refs;
+                    std::vector<index_shard>                views;
+                    std::vector<const std::vector<token_id> *> texts;
+                    for (int s = 0; s < n_shards; ++s) {
+                        // Each shard: a random share of the base documents plus documents of its own.
+                        std::vector<std::vector<token_id>> docs;
+                        for (const auto & d : base) {
+                            if (rng() % (static_cast<unsigned>(s) + 2) == 0) docs.push_back(d);
+                        }
+                        const auto own = rest_ref::random_documents(rng, 1 + c.n_docs / (s + 1), c.len_max, c.n_vocab);
+                        docs.insert(docs.end(), own.begin(), own.end());
+                        refs.push_back(std::make_unique<ref_shard>(rest_ref::join_documents(docs), c.width));
+                        views.push_back(refs.back()->view());
+                        texts.push_back(&refs.back()->text);
+                    }
+                    const std::vector<token_id> full = wandering_context(rng, refs[0]->text, 300, c.n_vocab);
+                    std::vector<sa_match>       lazy(views.size()), eager(views.size());
+                    std::vector<sa_bigram_memo> memos(views.size());
+                    sa_match_counters           c_lazy, c_eager;
+                    std::size_t                 seen = 0, n = rng() % 20;
+                    while (true) {
+                        const std::span<const token_id> ctx(full.data(), n);
+                        const int best = sa_match_update_longest(views, lazy, ctx, seen, n_max, n_min, &c_lazy, memos);
+                        for (std::size_t i = 0; i < views.size(); ++i) {
+                            sa_match_update(views[i], eager[i], ctx, seen, n_max, &c_eager);
+                        }
+                        seen = n;
+                        const int want = rest_ref::longest_suffix(texts, ctx, n_max);
+                        const std::string at = "vocab " + std::to_string(c.n_vocab) + " shards " +
+                                               std::to_string(n_shards) + " n_max " + std::to_string(n_max) +
+                                               " n_min " + std::to_string(n_min) + " context length " +
+                                               std::to_string(n);
+                        if (want < n_min) {
+                            ASSERT_LE(best, want) << at;  // no shard reaches n_min: nothing is drafted
+                        } else {
+                            ASSERT_EQ(best, want) << at;
+                        }
+                        for (std::size_t i = 0; i < views.size(); ++i) {
+                            const int own = rest_ref::longest_suffix({texts[i]}, ctx, n_max);
+                            const sa_match & m = lazy[i];
+                            ASSERT_LE(m.len, own) << at << " shard " << i;
+                            ASSERT_GE(m.ub, own) << at << " shard " << i;
+                            ASSERT_EQ(positions_in(views[i], m.range),
+                                      m.len == 0 ? positions_in(views[i], views[i].full())
+                                                 : rest_ref::occurrences(*texts[i], ctx.last(static_cast<std::size_t>(m.len))))
+                                << at << " shard " << i;
+                            if (want >= n_min && own == want) {
+                                ASSERT_TRUE(m.exact()) << at << " shard " << i << " ties the longest: exact";
+                            }
+                            if (!m.exact() && want >= n_min) {
+                                ASSERT_LT(own, want) << at << " shard " << i << " left inexact";
+                            }
+                        }
+                        if (n == full.size()) {
+                            break;
+                        }
+                        n = std::min(full.size(), n + 1 + rng() % 4);
+                    }
+                    EXPECT_LE(c_lazy.n_find, c_eager.n_find) << "vocab " << c.n_vocab << " shards " << n_shards;
+                }
+            }
+        }
+    }
+}

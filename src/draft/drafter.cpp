@@ -40,14 +40,12 @@ struct sa_source {
         n_seen = 0;
     }
 
-    // Updates every shard and returns the roots of the longest match (those shards where it is longest).
+    // Updates every shard (exactly where it can reach the longest match: sa_match_update_longest()) and returns the
+    // roots of the longest match (those shards where it is longest).
     int update(std::span<const token_id> ctx, const drafter_params & p, std::vector<sa_root> & roots,
                sa_match_counters & counters) {
-        int best = 0;
-        for (std::size_t i = 0; i < shards.size(); ++i) {
-            sa_match_update(shards[i], matches[i], ctx, n_seen, p.n_match_max, &counters, &memos[i]);
-            best = std::max(best, matches[i].len);
-        }
+        const int best = sa_match_update_longest(shards, matches, ctx, n_seen, p.n_match_max, std::max(p.n_match_min, 1),
+                                                 &counters, memos);
         n_seen = ctx.size();
         roots.clear();
         if (best < std::max(p.n_match_min, 1)) {
@@ -440,13 +438,9 @@ draft_tree drafter::draft_chain(std::int32_t cap, std::int32_t want, std::int32_
     // The longest match of the extended text in a suffix-array source, searched for from scratch (a chain's levels
     // died); the lengths found, >= n_match_min, or 0.
     auto search_sa = [&](const sa_source & src, std::vector<sa_match> & ms, std::vector<sa_bigram_memo> & memos) {
-        int best = 0;
-        for (std::size_t i = 0; i < src.shards.size(); ++i) {
-            ms[i] = sa_match{};
-            sa_match_update(src.shards[i], ms[i], d.ext, 0, d.p.n_match_max, &counters, &memos[i]);
-            best = std::max(best, ms[i].len);
-        }
-        return best >= std::max(d.p.n_match_min, 1) ? best : 0;
+        const int n_min = std::max(d.p.n_match_min, 1);
+        const int best  = sa_match_update_longest(src.shards, ms, d.ext, 0, d.p.n_match_max, n_min, &counters, memos);
+        return best >= n_min ? best : 0;
     };
     double score = 1.0;
     for (std::int32_t i = 0; i < n_max; ++i) {

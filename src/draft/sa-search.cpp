@@ -126,19 +126,21 @@ sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern, s
     return sa_find(shard, memo->range(shard, pattern[0], pattern[1]), 2, pattern);
 }
 
-void sa_match_update(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
+void sa_match_extend(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
                      int n_max, sa_match_counters * counters, sa_bigram_memo * memo) {
     n_max = std::max(n_max, 0);
     const std::size_t n = ctx.size();
-    int  lo = 0;  // a length known to occur at the end of ctx
-    int  hi = -1; // upper bound on the new length; -1: the extension loop finished without a search
-    if (!m.valid || n_seen == 0 || n_seen > n) {
-        // Starting over: one search on the length instead of extending token by token through the prompt.
-        m       = sa_match{};
+    // Nothing known of the last `ub` tokens: the whole shard matches them, and one search on the length follows
+    // (starting over, that beats extending token by token through the prompt).
+    auto unknown = [&](int ub) {
+        m.len   = 0;
+        m.ub    = ub;
         m.range = shard.full();
+    };
+    if (!m.valid || n_seen == 0 || n_seen > n) {
         m.valid = true;
-        n_seen  = n;
-        hi      = static_cast<int>(std::min<std::size_t>(n_max, n));
+        unknown(static_cast<int>(std::min<std::size_t>(n_max, n)));
+        return;
     }
     for (std::size_t i = n_seen; i < n; ++i) {
         const token_id t = ctx[i];
@@ -151,48 +153,98 @@ void sa_match_update(const index_shard & shard, sa_match & m, std::span<const to
             }
             if (!r.empty()) {
                 m.len++;
+                m.ub    = std::min(n_max, m.ub + 1);  // the longest grows by at most the token
                 m.range = r;
                 continue;
             }
             // len + 1 tokens ending at i do not occur, so at most len do; each later token adds at most one.
-            hi = static_cast<int>(std::min<std::size_t>(n_max, m.len + n_after));
-        } else {
-            // At the cap the window slides: the n_max tokens ending at i occur iff the old window plus t does,
-            // but their range is a different one and must be searched for.
-            const sa_range r = t < 0 ? sa_range{} : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
-            hi = n_max;
-            lo = (!r.empty() && n_after == 0) ? n_max : 0;
+            unknown(static_cast<int>(std::min<std::size_t>(n_max, m.len + n_after)));
+            return;
         }
-        break;
-    }
-    if (hi < 0) {
-        return;
-    }
-    // Binary search on the length: occurrence is monotone (a suffix that occurs has all shorter suffixes occur).
-    sa_range best = shard.full();
-    bool     have_best = lo == 0;
-    while (lo < hi) {
-        const int      mid = lo + (hi - lo + 1) / 2;
-        const sa_range r   = sa_find(shard, ctx.last(static_cast<std::size_t>(mid)), memo);
+        // At the cap the window slides: the n_max tokens ending at i occur iff the old window plus t does, but their
+        // range is a different one and must be searched for.
+        const sa_range r = t < 0 ? sa_range{} : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
+        if (r.empty() || n_after > 0) {
+            unknown(n_max);
+            return;
+        }
+        m.range = sa_find(shard, ctx.last(static_cast<std::size_t>(n_max)), memo);
         if (counters) {
             counters->n_find++;
         }
+    }
+}
+
+void sa_match_resolve(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, int need,
+                      sa_match_counters * counters, sa_bigram_memo * memo) {
+    if (m.exact() || m.ub < need) {
+        return;
+    }
+    int      lo   = m.len;  // a length known to occur at the end of ctx
+    int      hi   = m.ub;
+    sa_range best = m.range;
+    auto probe = [&](int len) {
+        if (counters) {
+            counters->n_find++;
+        }
+        return sa_find(shard, ctx.last(static_cast<std::size_t>(len)), memo);
+    };
+    if (need > lo + 1) {
+        const sa_range r = probe(need);
+        if (r.empty()) {
+            m.ub = need - 1;
+            return;
+        }
+        lo   = need;
+        best = r;
+    }
+    // Binary search on the length: occurrence is monotone (a suffix that occurs has all shorter suffixes occur).
+    while (lo < hi) {
+        const int      mid = lo + (hi - lo + 1) / 2;
+        const sa_range r   = probe(mid);
         if (!r.empty()) {
-            lo = mid;
+            lo   = mid;
             best = r;
-            have_best = true;
         } else {
             hi = mid - 1;
         }
     }
-    if (!have_best) {
-        best = sa_find(shard, ctx.last(static_cast<std::size_t>(lo)), memo);
-        if (counters) {
-            counters->n_find++;
-        }
-    }
     m.len   = lo;
+    m.ub    = lo;
     m.range = best;
+}
+
+void sa_match_update(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
+                     int n_max, sa_match_counters * counters, sa_bigram_memo * memo) {
+    sa_match_extend(shard, m, ctx, n_seen, n_max, counters, memo);
+    sa_match_resolve(shard, m, ctx, 0, counters, memo);
+}
+
+int sa_match_update_longest(std::span<const index_shard> shards, std::span<sa_match> ms, std::span<const token_id> ctx,
+                            std::size_t n_seen, int n_max, int n_min, sa_match_counters * counters,
+                            std::span<sa_bigram_memo> memos) {
+    int best = 0;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+        sa_match_extend(shards[i], ms[i], ctx, n_seen, n_max, counters, memos.empty() ? nullptr : &memos[i]);
+        best = std::max(best, ms[i].len);
+    }
+    while (true) {
+        std::size_t pick = shards.size();
+        for (std::size_t i = 0; i < shards.size(); ++i) {
+            const sa_match & m = ms[i];
+            if (m.exact() || m.ub < std::max(best, n_min)) continue;
+            if (pick == shards.size() || m.ub > ms[pick].ub ||
+                (m.ub == ms[pick].ub && shards[i].full().size() > shards[pick].full().size())) {
+                pick = i;
+            }
+        }
+        if (pick == shards.size()) {
+            return best;
+        }
+        // Resolved, or left with a bound below best: picked once.
+        sa_match_resolve(shards[pick], ms[pick], ctx, best, counters, memos.empty() ? nullptr : &memos[pick]);
+        best = std::max(best, ms[pick].len);
+    }
 }
 
 }  // namespace rest

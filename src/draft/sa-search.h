@@ -37,14 +37,18 @@ class sa_bigram_memo {
 // sa_find over the whole shard, starting from the memoized range of the pattern's first two tokens.
 sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern, sa_bigram_memo * memo);
 
-// The longest suffix of a context, of at most n_max tokens, that occurs in one shard.
+// The longest suffix of a context, of at most n_max tokens, that occurs in one shard, or what is known of it.
 //
-// len is exact (not merely a lower bound): the true longest occurring suffix, capped at n_max. range holds the
-// suffixes that start with the last `len` context tokens (the whole shard when len == 0).
+// A suffix of len tokens occurs, and range holds the suffixes that start with the last `len` context tokens (the
+// whole shard when len == 0); the longest occurring suffix, capped at n_max, has between len and ub tokens. The
+// match is exact when len == ub: sa_match_update() leaves it so, while shards whose length matters only where it
+// reaches the others' (sa_match_update_longest()) may stay inexact.
 struct sa_match {
     int      len = 0;
+    int      ub  = 0;
     sa_range range;
     bool     valid = false;  // false until the first update
+    bool     exact() const { return len == ub; }
 };
 
 struct sa_match_counters {
@@ -52,11 +56,32 @@ struct sa_match_counters {
     std::uint64_t n_find   = 0;  // whole-pattern searches from the full suffix array
 };
 
-// Brings m up to date with ctx, of which the first n_seen tokens were already folded in (n_seen == 0 or !m.valid:
-// start over). Appended tokens first try to extend the previous match (one narrow each); once that fails, or the
-// match would pass n_max, the new length is bounded by what the failure proves (at most the old length plus the
-// tokens after the failure) and found by binary search on the length, where each probe is one sa_find.
+// Folds ctx into m without a length search, of which the first n_seen tokens were already folded in (n_seen == 0
+// or !m.valid: start over). Appended tokens extend the previous match (one narrow each); once that fails, the new
+// length is only bounded by what the failure proves (at most the old length plus the tokens after the failure,
+// since a suffix that occurs has all its shorter suffixes occur) and m.len drops to 0. At the cap n_max the window
+// slides, and where the window ending at the last token is known to occur its range is searched for (one sa_find).
+void sa_match_extend(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
+                     int n_max, sa_match_counters * counters = nullptr, sa_bigram_memo * memo = nullptr);
+
+// Makes m exact by binary search on the length in [m.len, m.ub], each probe one sa_find, unless it cannot reach
+// `need` tokens (m.ub < need). Where need > m.len + 1 the length `need` is probed first: if it does not occur, m
+// stays inexact with ub = need - 1 (one search instead of a binary search).
+void sa_match_resolve(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, int need,
+                      sa_match_counters * counters = nullptr, sa_bigram_memo * memo = nullptr);
+
+// Brings m up to date with ctx and exact: sa_match_extend() then sa_match_resolve() with no length needed.
 void sa_match_update(const index_shard & shard, sa_match & m, std::span<const token_id> ctx, std::size_t n_seen,
                      int n_max, sa_match_counters * counters = nullptr, sa_bigram_memo * memo = nullptr);
+
+// The same for several shards, of which only those whose match is the longest (and at least n_min tokens) are
+// drafted from: shards are resolved the highest bound first (the largest shard first among equal bounds), each
+// only where its bound reaches the longest match found so far and n_min, and then with that length probed first.
+// Returns the longest match over the shards (every shard whose len equals it is exact); shards that cannot reach
+// it may stay inexact. On an index of two shards (Linux + /usr/include) a length search in the second shard was
+// mostly a full binary search for a match shorter than the first shard's. memos: one per shard.
+int sa_match_update_longest(std::span<const index_shard> shards, std::span<sa_match> ms, std::span<const token_id> ctx,
+                            std::size_t n_seen, int n_max, int n_min, sa_match_counters * counters,
+                            std::span<sa_bigram_memo> memos);
 
 }  // namespace rest
