@@ -130,8 +130,9 @@ void sa_match_extend(const index_shard & shard, sa_match & m, std::span<const to
                      int n_max, sa_match_counters * counters, sa_bigram_memo * memo) {
     n_max = std::max(n_max, 0);
     const std::size_t n = ctx.size();
-    // Nothing known of the last `ub` tokens: the whole shard matches them, and one search on the length follows
-    // (starting over, that beats extending token by token through the prompt).
+    // Nothing known of the last `ub` tokens: the whole shard matches them, until a search on the length (starting
+    // over, that beats extending token by token through the prompt) or, for a shard whose length did not matter
+    // (sa_match_update_longest()), until later tokens extend it.
     auto unknown = [&](int ub) {
         m.len   = 0;
         m.ub    = ub;
@@ -146,8 +147,11 @@ void sa_match_extend(const index_shard & shard, sa_match & m, std::span<const to
         const token_id t = ctx[i];
         const std::size_t n_after = n - 1 - i;
         if (m.len < n_max) {
+            // From one token to two by the bigram memo: narrowing a frequent token's whole bucket is the costly
+            // step on a large index, and a shard left inexact extends from nothing again.
             const sa_range r = t < 0 || m.range.empty() ? sa_range{m.range.lo, m.range.lo}
-                                                        : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
+                               : m.len == 1 && memo && ctx[i - 1] >= 0 ? memo->range(shard, ctx[i - 1], t)
+                                                                       : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
             if (counters) {
                 counters->n_extend++;
             }
@@ -161,8 +165,8 @@ void sa_match_extend(const index_shard & shard, sa_match & m, std::span<const to
             unknown(static_cast<int>(std::min<std::size_t>(n_max, m.len + n_after)));
             return;
         }
-        // At the cap the window slides: the n_max tokens ending at i occur iff the old window plus t does, but their
-        // range is a different one and must be searched for.
+        // At the cap the window slides: the n_max tokens ending at i occur if the old window plus t does (not only
+        // if: an empty narrow leaves the length unknown), but their range is another one, to be searched for.
         const sa_range r = t < 0 ? sa_range{} : shard.narrow(m.range, static_cast<std::uint32_t>(m.len), t);
         if (r.empty() || n_after > 0) {
             unknown(n_max);

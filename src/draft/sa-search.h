@@ -76,10 +76,13 @@ void sa_match_update(const index_shard & shard, sa_match & m, std::span<const to
 
 // The same for several shards, of which only those whose match is the longest (and at least n_min tokens) are
 // drafted from: shards are resolved the highest bound first (the largest shard first among equal bounds), each
-// only where its bound reaches the longest match found so far and n_min, and then with that length probed first.
-// Returns the longest match over the shards (every shard whose len equals it is exact); shards that cannot reach
-// it may stay inexact. On an index of two shards (Linux + /usr/include) a length search in the second shard was
-// mostly a full binary search for a match shorter than the first shard's. memos: one per shard.
+// only where its bound reaches the longest match found so far and n_min, and then with that length probed first
+// (not n_min: where the shortest match drafted from nearly always occurs, as a bigram of code does, probing it first
+// would add a search to most length searches). Where the longest match over the shards is at least n_min, returns
+// it, and every shard whose len equals it is exact; otherwise returns some length below n_min. Shards that cannot
+// reach the result may stay inexact. On an index of two shards (Linux + /usr/include) a length search in the
+// second shard was mostly a full binary search for a match shorter than the first shard's. memos: one per shard,
+// or empty.
 int sa_match_update_longest(std::span<const index_shard> shards, std::span<sa_match> ms, std::span<const token_id> ctx,
                             std::size_t n_seen, int n_max, int n_min, sa_match_counters * counters,
                             std::span<sa_bigram_memo> memos);
