@@ -44,11 +44,11 @@ struct sa_source {
     // roots of the longest match (those shards where it is longest).
     int update(std::span<const token_id> ctx, const drafter_params & p, std::vector<sa_root> & roots,
                sa_match_counters & counters) {
-        const int best = sa_match_update_longest(shards, matches, ctx, n_seen, p.n_match_max, std::max(p.n_match_min, 1),
-                                                 &counters, memos);
+        const int n_min = std::max(p.n_match_min, 1);
+        const int best  = sa_match_update_longest(shards, matches, ctx, n_seen, p.n_match_max, n_min, &counters, memos);
         n_seen = ctx.size();
         roots.clear();
-        if (best < std::max(p.n_match_min, 1)) {
+        if (best < n_min) {
             return 0;
         }
         for (std::size_t i = 0; i < shards.size(); ++i) {
