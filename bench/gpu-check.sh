@@ -6,7 +6,10 @@
 # by stubs that fail (gnuplot, which bench/plot.sh would otherwise install, by a no-op when it is missing).
 #
 # Usage: bench/gpu-check.sh [options] LLAMA_CPP_DIR [OUT_DIR]      (default OUT_DIR: /tmp/rest-gpu-check)
+#        bench/gpu-check.sh --prebuilt [options] [OUT_DIR]         (a CUDA build made elsewhere: bench/gpu-bundle.sh)
 # Options:
+#   --prebuilt         use the build already in --build-dir (made on another machine and unpacked by
+#                      bench/gpu-bundle.sh): no configure, no build, no nvcc or ninja needed; then tests, bench, summary
 #   --cuda-arch ARCH   CMAKE_CUDA_ARCHITECTURES (default: the first GPU's compute capability, 9.0 -> 90)
 #   --build-dir DIR    build directory (default: build-gpu in the repository; reused by a rerun)
 #   --data DIR         shared data (default: $REST_SHARED_DATA, else ../shared/data beside the repository)
@@ -24,7 +27,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: $*" >&2; exit 2; }
 
-cuda_arch="" build="" data=${REST_SHARED_DATA:-} parts="stories260K tinyllama" ngl=99 jobs="" quick=1 dry=0
+cuda_arch="" build="" data=${REST_SHARED_DATA:-} parts="stories260K tinyllama" ngl=99 jobs="" quick=1 dry=0 prebuilt=0
 pos=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -38,24 +41,32 @@ while [ $# -gt 0 ]; do
         shift 2 ;;
     --full) quick=0; shift ;;
     --dry-run) dry=1; shift ;;
+    --prebuilt) prebuilt=1; shift ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) pos+=("$1"); shift ;;
     esac
 done
 
 # Argument and no-fetch checks: the same in a dry run as in a real one.
-[ ${#pos[@]} -ge 1 ] || die "no llama.cpp source directory given (usage: bench/gpu-check.sh [options] LLAMA_CPP_DIR [OUT_DIR]; nothing is fetched)"
-[ ${#pos[@]} -le 2 ] || die "too many arguments: ${pos[*]} (see --help)"
-[ -d "${pos[0]}" ] || die "${pos[0]} is not a directory (want a llama.cpp source tree)"
-llama=$(cd "${pos[0]}" && pwd)
-if [ ! -f "$llama/include/llama.h" ] || [ ! -f "$llama/CMakeLists.txt" ]; then
-    die "$llama is not a llama.cpp checkout (no include/llama.h or CMakeLists.txt)"
+if [ "$prebuilt" = 1 ]; then
+    # The build came with its llama.cpp compiled in: the only positional argument is OUT_DIR.
+    [ ${#pos[@]} -le 1 ] || die "--prebuilt takes no llama.cpp directory, only OUT_DIR (got: ${pos[*]})"
+    llama="(prebuilt)"
+    out=${pos[0]:-/tmp/rest-gpu-check}
+else
+    [ ${#pos[@]} -ge 1 ] || die "no llama.cpp source directory given (usage: bench/gpu-check.sh [options] LLAMA_CPP_DIR [OUT_DIR]; nothing is fetched)"
+    [ ${#pos[@]} -le 2 ] || die "too many arguments: ${pos[*]} (see --help)"
+    [ -d "${pos[0]}" ] || die "${pos[0]} is not a directory (want a llama.cpp source tree)"
+    llama=$(cd "${pos[0]}" && pwd)
+    if [ ! -f "$llama/include/llama.h" ] || [ ! -f "$llama/CMakeLists.txt" ]; then
+        die "$llama is not a llama.cpp checkout (no include/llama.h or CMakeLists.txt)"
+    fi
+    out=${pos[1]:-/tmp/rest-gpu-check}
 fi
-out=${pos[1]:-/tmp/rest-gpu-check}
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 build=${build:-$root/build-gpu}
 case $build in /*) ;; *) build=$PWD/$build ;; esac
-[ "$build" != "$root/build" ] || die "--build-dir must not be the CPU build directory $root/build"
+[ "$prebuilt" = 1 ] || [ "$build" != "$root/build" ] || die "--build-dir must not be the CPU build directory $root/build"
 [[ $ngl =~ ^[0-9]+$ ]] || die "--ngl must be a number (got '$ngl')"
 jobs=${jobs:-$(nproc)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive number (got '$jobs')"
@@ -63,13 +74,19 @@ jobs=${jobs:-$(nproc)}
 for p in $parts; do
     case $p in stories260K|tinyllama|humaneval|mtbench|llamacpp) ;; *) die "unknown bench part '$p'" ;; esac
 done
-if [ -z "$cuda_arch" ]; then
+if [ "$prebuilt" = 1 ]; then
+    [ -x "$build/bin/rest" ] && [ -f "$build/CTestTestfile.cmake" ] \
+        || die "--prebuilt: no build at $build (want bin/rest and CTestTestfile.cmake; see bench/gpu-bundle.sh)"
+    # The architecture the build was made for, from its cache ("none": a CPU build, for checking this script).
+    cuda_arch=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null | head -1 || true)
+    cuda_arch=${cuda_arch:-none}
+elif [ -z "$cuda_arch" ]; then
     command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi not found: no GPU to read the architecture from (give --cuda-arch, e.g. 90)"
     cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
     [[ $cap =~ ^[0-9]+\.[0-9]+$ ]] || die "nvidia-smi gave no compute capability ('$cap'); give --cuda-arch"
     cuda_arch=${cap/./}
 fi
-[[ $cuda_arch =~ ^[0-9]+[af]?(-real|-virtual)?(\;[0-9]+[af]?(-real|-virtual)?)*$ ]] \
+[ "$prebuilt" = 1 ] || [[ $cuda_arch =~ ^[0-9]+[af]?(-real|-virtual)?(\;[0-9]+[af]?(-real|-virtual)?)*$ ]] \
     || die "--cuda-arch must look like 90 or 86;90-real (got '$cuda_arch')"
 if [ -z "$data" ]; then
     data=$root/../shared/data
@@ -108,17 +125,22 @@ if [ "$dry" = 1 ]; then
     [ -n "$nvcc" ] || echo "warning: nvcc not found; a real run would stop here"
     [ -f "$data/models/stories260K.gguf" ] || echo "warning: no shared data at $data; a real run would skip the bench"
     echo "environment of every command: PATH=$stubs:\$PATH npm_config_offline=true ($stubs: failing npm, npx, apt-get)"
-    echo "configure: $(q "${configure[@]}")"
-    echo "build: $(q "${build_cmd[@]}")"
+    if [ "$prebuilt" = 1 ]; then
+        echo "configure: (none: prebuilt)"
+        echo "build: (none: prebuilt $build)"
+    else
+        echo "configure: $(q "${configure[@]}")"
+        echo "build: $(q "${build_cmd[@]}")"
+    fi
     echo "test: $(q "${ctest_cmd[@]}")"
     if [ -n "$parts" ]; then echo "bench: $(q "${bench_cmd[@]}")"; else echo "bench: (none)"; fi
     echo "summary: $out/gpu-check.json"
     exit 0
 fi
 
-[ -n "$nvcc" ] || die "nvcc not found (put the CUDA toolkit's bin in PATH)"
+[ "$prebuilt" = 1 ] || [ -n "$nvcc" ] || die "nvcc not found (put the CUDA toolkit's bin in PATH)"
 command -v python3 >/dev/null 2>&1 || die "python3 not found (it writes the JSON summary)"
-command -v ninja >/dev/null 2>&1 || die "ninja not found (apt-get install ninja-build, on a machine that can)"
+[ "$prebuilt" = 1 ] || command -v ninja >/dev/null 2>&1 || die "ninja not found (apt-get install ninja-build, on a machine that can)"
 mkdir -p "$out" "$stubs"
 for tool in npm npx apt-get; do
     printf '#!/bin/sh\necho "gpu-check: %s is disabled here (nothing is fetched)" >&2\nexit 1\n' "$tool" > "$stubs/$tool"
@@ -143,7 +165,10 @@ step() {  # name, log, command...: runs it, logs to OUT/<log>, prints the log's 
 }
 
 ts=$(date +%s)
-if step configure configure.log "${configure[@]}"; then
+if [ "$prebuilt" = 1 ]; then
+    status_build=ok  # built elsewhere: configure_s and build_s stay empty
+    say "prebuilt: $build (CUDA architectures: $cuda_arch)"
+elif step configure configure.log "${configure[@]}"; then
     configure_s=$(( $(date +%s) - ts )); ts=$(date +%s)
     if step build build.log "${build_cmd[@]}"; then status_build=ok; else status_build=build_failed; fi
     build_s=$(( $(date +%s) - ts ))
@@ -172,7 +197,7 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --form
 GC_OUT=$out GC_BENCH=$bench_out GC_GPU=$gpu GC_PARTS=$parts GC_TEST_REGEX=$test_regex GC_STATUS_TESTS=$status_tests \
 GC_STATUS_BUILD=$status_build GC_CUDA_ARCH=$cuda_arch GC_NVCC=$nvcc GC_JOBS=$jobs GC_CONFIGURE_S=$configure_s \
 GC_BUILD_S=$build_s GC_BUILD=$build GC_STATUS_BENCH=$status_bench GC_BENCH_NOTE=$bench_note GC_NGL=$ngl \
-GC_QUICK=$quick GC_PLOTS=$plots GC_ROOT=$root GC_TEST_DATA=$root/../shared/data GC_LLAMA=$llama GC_DATA=$data GC_T0=$t0 python3 - <<'PY'
+GC_QUICK=$quick GC_PREBUILT=$prebuilt GC_PLOTS=$plots GC_ROOT=$root GC_TEST_DATA=$root/../shared/data GC_LLAMA=$llama GC_DATA=$data GC_T0=$t0 python3 - <<'PY'
 import json, os, re, socket, time
 e = os.environ
 out = e["GC_OUT"]
@@ -204,7 +229,7 @@ summary = {
     "machine": {"host": socket.gethostname(), "cpu": cpu.group(1) if cpu else None, "cpus": os.cpu_count(),
                 "kernel": os.uname().release},
     "gpu": {"name": gpu[0] or None, "driver": gpu[1], "memory": gpu[2], "compute_cap": gpu[3]},
-    "build": {"status": e["GC_STATUS_BUILD"], "cuda_arch": e["GC_CUDA_ARCH"], "nvcc": e["GC_NVCC"],
+    "build": {"status": e["GC_STATUS_BUILD"], "prebuilt": e["GC_PREBUILT"] == "1", "cuda_arch": e["GC_CUDA_ARCH"], "nvcc": e["GC_NVCC"],
               "jobs": int(e["GC_JOBS"]), "configure_s": num(e["GC_CONFIGURE_S"]), "build_s": num(e["GC_BUILD_S"]),
               "dir": e["GC_BUILD"], "configure_log": os.path.join(out, "configure.log"),
               "build_log": os.path.join(out, "build.log")},

@@ -23,6 +23,9 @@ expect_error not-llama "is not a llama.cpp checkout" --dry-run --cuda-arch 90 "$
 expect_error missing "is not a directory" --dry-run --cuda-arch 90 "$dir/missing"
 expect_error bad-arch "--cuda-arch must look like" --dry-run --cuda-arch sm_90 "$llama"
 expect_error bad-option "unknown option" --dry-run --fetch "$llama"
+# --prebuilt: no llama.cpp directory, and a build directory that holds a build.
+expect_error prebuilt-llama "--prebuilt takes no llama.cpp directory" --prebuilt --dry-run "$llama" "$dir/out"
+expect_error prebuilt-none "--prebuilt: no build at" --prebuilt --dry-run --build-dir "$dir/not-llama" "$dir/out"
 
 # A valid checkout: exit 0, the exact commands, and nothing created.
 build="$dir/build-gpu" out="$dir/out"
@@ -43,5 +46,13 @@ grep -q 'npm_config_offline=true' "$dir/ok.out" || fail "npm is not told to stay
 if grep -Eq '(^|[[:space:]/=])npm([[:space:]]|$)' "$dir/ok.out"; then fail "the dry run invokes npm: $(cat "$dir/ok.out")"; fi
 [ ! -e "$build" ] || fail "the dry run created $build"
 [ ! -e "$out" ] || fail "the dry run created $out"
+# A prebuilt build: tests and bench on it, nothing configured or built.
+mkdir -p "$dir/pre/bin"
+printf '#!/bin/sh\n' > "$dir/pre/bin/rest"; chmod +x "$dir/pre/bin/rest"
+: > "$dir/pre/CTestTestfile.cmake"
+"$check" --prebuilt --dry-run --build-dir "$dir/pre" "$out" >"$dir/pre.out" 2>&1 || fail "prebuilt dry run failed: $(cat "$dir/pre.out")"
+grep -q '^configure: (none: prebuilt)' "$dir/pre.out" || fail "prebuilt dry run would configure: $(cat "$dir/pre.out")"
+grep -q "^test: env REST_TEST_NGL=99 ctest --test-dir $dir/pre " "$dir/pre.out" || fail "prebuilt: no ctest line on $dir/pre"
+[ ! -e "$out" ] || fail "the prebuilt dry run created $out"
 rm -rf "$dir"
 echo "gpu-check dry run: ok"

@@ -3,3 +3,8 @@
 add_test(NAME test-gpu-check-dry-run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu-check-dry-run.sh
          ${PROJECT_SOURCE_DIR} ${RESTCPP_LLAMA_SOURCE} ${CMAKE_BINARY_DIR}/test-tmp)
 set_tests_properties(test-gpu-check-dry-run PROPERTIES LABELS "cli" TIMEOUT 60)
+# bench/gpu-bundle.sh's pack + unpack on a fake build, in a fake checkout under test-tmp: the paths a prebuilt CUDA
+# build needs on a GPU machine, the refusals, and no library added that the machine already has.
+add_test(NAME test-gpu-bundle-roundtrip COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu-bundle-roundtrip.sh
+         ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/test-tmp)
+set_tests_properties(test-gpu-bundle-roundtrip PROPERTIES LABELS "cli" TIMEOUT 60)
