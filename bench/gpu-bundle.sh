@@ -18,7 +18,7 @@
 set -euo pipefail
 
 die() { echo "gpu-bundle: $*" >&2; exit 2; }
-zst() { zstd -q -T0 --long=28 -10 "$@"; }
+zst() { zstd -q -T0 --long=28 -19 "$@"; }
 unzst() { zstd -q -d --long=28 "$@"; }
 command -v zstd >/dev/null 2>&1 || die "zstd not found (apt-get install zstd)"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,11 +41,19 @@ pack() {
     mkdir -p "$bundle"
     rm -f "$bundle"/*.tar.zst "$bundle/manifest.env"
 
-    # The build: binaries, CTest's files, the cache (architectures), cached bench indexes (not the fixtures).
-    (cd "$build" && { find bin -type f; find . -name CTestTestfile.cmake; echo CMakeCache.txt;
+    # The build: binaries (stripped copies: symbols are a fifth of each), CTest's files, the cache (architectures),
+    # cached bench indexes (not the fixtures).
+    local stage
+    stage=$(mktemp -d)
+    mkdir -p "$stage/bin"
+    cp -p "$build"/bin/* "$stage/bin/"
+    strip --strip-unneeded "$stage"/bin/* 2>/dev/null || true  # scripts and non-ELF files stay as they are
+    (cd "$build" && { find . -name CTestTestfile.cmake; echo CMakeCache.txt;
                       find bench-cache -name '*.idx' 2>/dev/null || true; } | sed 's|^\./||' | sort -u) \
         > "$bundle/build.list"
-    tar -C "$build" -cf - -T "$bundle/build.list" | zst -o "$bundle/build.tar.zst"
+    tar -C "$stage" -cf - bin -C "$build" -T "$bundle/build.list" | zst -o "$bundle/build.tar.zst"
+    (cd "$stage" && find bin -type f) >> "$bundle/build.list"
+    rm -rf "$stage"
     tar -C "$data" -cf - . | zst -o "$bundle/data.tar.zst"
     local vocabs=() v
     for v in ${REST_BUNDLE_VOCABS:-llama-spm llama-bpe phi-3 qwen2 deepseek-coder}; do
@@ -107,13 +115,12 @@ unpack() {
         fi
     done
     rm -rf "$tmp"
-    # CUDA's runtime libraries: the toolkit's, or the pip wheels' where the toolkit's are not on the loader path.
+    # The toolkit's first (where the build found them, per its RUNPATH), then the wheels' (libnccl among them).
     local dirs=("$build/carried-lib") d
-    if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
-        for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib /usr/local/lib/python3*/dist-packages/nvidia/*/lib 2>/dev/null); do
-            [ -d "$d" ] && dirs+=("$d")
-        done
-    fi
+    for d in /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+             $(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib /usr/local/lib/python3*/dist-packages/nvidia/*/lib 2>/dev/null); do
+        [ -d "$d" ] && dirs+=("$d")
+    done
     printf 'export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' "$(IFS=:; echo "${dirs[*]}")" > "$build/gpu-env.sh"
     echo "gpu-bundle: commit $BUNDLE_COMMIT unpacked: build $build, tokenizers $BUNDLE_MODELS, data $data;" \
          "libraries added: ${added[*]:-none}"
