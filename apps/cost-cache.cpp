@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -75,6 +76,20 @@ void print_table(const rest::cost_table & t, const std::string & how) {
     }
 }
 
+// tree_step_ratio() of a tree context, cached beside its cost table under the same key: a process that finds
+// trees do not pay need not open a tree context to learn it again. <= 0: none cached (or unreadable).
+fs::path tree_step_path(const std::string & key) { return cache_dir() / "costs" / file_name(key, ".tree-step.txt"); }
+
+double load_tree_step(const std::string & key) {
+    std::ifstream in(tree_step_path(key));
+    std::string   tag, version, cached_key;
+    double        ratio = 0;
+    if (!(in >> tag >> version >> ratio) || tag != "rest-tree-step" || version != "1") return 0;
+    std::getline(in, cached_key);  // the rest of the first line
+    std::getline(in, cached_key);
+    return cached_key == key && std::isfinite(ratio) && ratio > 0 ? ratio : 0;
+}
+
 }  // namespace
 
 rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_model & ctx,
@@ -121,22 +136,45 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
 measured_context open_measured_context(const rest::model & m, rest::context_params cp, const std::string & layout,
                                        bool verbose, bool recalibrate) {
     measured_context mc;
-    cp.trees = rest::layout_uses_trees(layout);
-    for (int pass = 0; pass < 2; ++pass) {
+    auto open = [&](bool trees) {
+        mc.ctx.reset();  // one context at a time: the tree context's pool takes the memory
+        cp.trees = trees;
         mc.ctx   = m.new_context(cp);
         mc.costs = load_or_calibrate_costs(m, *mc.ctx, cp, verbose, recalibrate);
         mc.key   = cost_cache_key(m, *mc.ctx, cp);
-        mc.trees = cp.trees;
-        const bool flat = mc.costs.valid() &&
-                          mc.costs.predict_us(k_flat_rows, 0) <= k_flat_factor * mc.costs.predict_us(1, 0);
-        if (layout != "auto" || cp.trees || !flat) break;
-        mc.ctx.reset();  // one context at a time: the tree context's pool takes the memory
-        cp.trees = true;
+        mc.trees = trees;
+    };
+    open(rest::layout_uses_trees(layout));
+    const double t_flat = mc.costs.valid() ? mc.costs.predict_us(k_flat_rows, 0) / mc.costs.predict_us(1, 0) : 0;
+    double       t_tree = 0;
+    if (layout == "auto" && !mc.trees && mc.costs.valid() && t_flat <= k_flat_factor) {
+        // Flat rows are not yet a flat tree step: the branches' sequences, mask and commit are measured too.
+        rest::context_params tcp = cp;
+        tcp.trees                = true;
+        const std::string tkey   = cost_cache_key(m, *mc.ctx, tcp);
+        t_tree                   = recalibrate ? 0 : load_tree_step(tkey);
+        if (t_tree <= 0) {
+            open(true);
+            t_tree = rest::tree_step_ratio(*mc.ctx, 0, k_flat_rows + 1, k_tree_leaves,
+                                            mc.costs.threads_for(k_flat_rows + 1, 1));
+            if (t_tree > 0) {
+                char line[64];
+                std::snprintf(line, sizeof(line), "rest-tree-step 1 %.4f\n", t_tree);
+                write_atomically(tree_step_path(tkey), line + tkey + "\n");
+            }
+        }
+        const bool trees = t_tree > 0 && t_tree <= k_flat_factor;
+        if (trees != mc.trees) open(trees);
     }
     if (verbose && mc.costs.valid()) {
-        std::fprintf(stderr, "rest: verifying %s (--draft-layout %s; measured t(%d) = %.1f x t(1))\n",
-                     mc.trees ? "trees" : "chains", layout.c_str(), k_flat_rows,
-                     mc.costs.predict_us(k_flat_rows, 0) / mc.costs.predict_us(1, 0));
+        std::string tree_note;
+        if (t_tree > 0) {
+            char buf[96];
+            std::snprintf(buf, sizeof(buf), ", a %d-row tree step %.1f x a plain one", k_flat_rows + 1, t_tree);
+            tree_note = buf;
+        }
+        std::fprintf(stderr, "rest: verifying %s (--draft-layout %s; measured t(%d) = %.1f x t(1)%s)\n",
+                     mc.trees ? "trees" : "chains", layout.c_str(), k_flat_rows, t_flat, tree_note.c_str());
     }
     return mc;
 }

@@ -13,8 +13,11 @@
 #include <string>
 
 // A context for speculation and its measured verify cost. layout "tree" or "chain" opens that layout; "auto" opens
-// chains, measures them, and reopens as trees only where the measured cost is flat: t(flat_rows) at most
-// flat_factor x t(1) (a GPU), since a tree's extra branches pay only where rows are nearly free. On a CPU, t(16) is
+// chains, measures them, and keeps trees only where the measured cost is flat: t(flat_rows) at most flat_factor x
+// t(1) (a GPU), and then, in the tree context, a whole step of a (flat_rows + 1)-row tree in tree_leaves branches
+// (pass and commit, tree_step_ratio()) at most flat_factor x a plain step, since a tree's extra branches pay only
+// where rows and branches are nearly free. On an H200 the demo model's rows were flat (t(16) = 1.5 x t(1)) and its
+// tree steps were not: 8-node trees ran at 1.04x plain decoding where 8-node chains ran at 2.43x. On a CPU, t(16) is
 // 4-8x t(1): there the best path holds most of a tree's value, and the chain layout avoids the tree layout's fixed
 // cost per pass (llama.cpp's unified KV pool checks all 256 sequence ids, pairwise, on every llama_decode: +0.04 ms
 // on stories260K, 35% of its plain step), and keeps KV cells in position order (bit-exact with plain decoding under
@@ -29,6 +32,7 @@ measured_context open_measured_context(const rest::model & m, rest::context_para
                                        bool verbose, bool recalibrate);
 constexpr std::int32_t k_flat_rows   = 16;
 constexpr double       k_flat_factor = 2.0;
+constexpr std::int32_t k_tree_leaves = 4;
 
 // Loads the cached table or measures one on slot 0 of ctx (with several slots, on all; they must be idle) and
 // caches it. recalibrate: measure even when a table is cached. verbose: print the table, measured or loaded.

@@ -8,7 +8,8 @@ void add_layout_option(CLI::App * cmd, std::string & layout, bool & context_per_
     cmd->add_option("--draft-layout", layout,
                     "How drafts are verified: tree (branches, unified KV pool shared by slots), chain (each tree's "
                     "best path in its own sequence, no per-step layout overhead, bit-exact on quantized CPU models) "
-                    "or auto (chain, then tree where the measured verify cost is flat: t(16) <= 2 t(1), as on GPUs)")
+                    "or auto (chain, then tree where rows and branches are measured nearly free: t(16) <= 2 t(1) and a "
+                    "17-row tree step, pass and commit, <= 2 plain steps)")
         ->check(CLI::IsMember({"auto", "tree", "chain"}))
         ->capture_default_str();
     cmd->add_flag("--context-per-slot", context_per_slot,

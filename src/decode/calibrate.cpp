@@ -302,6 +302,74 @@ cost_table calibrate_cost(target_model & m, std::int32_t slot, const calibrate_p
     return table;
 }
 
+double tree_step_ratio(target_model & m, std::int32_t slot, std::int32_t n_rows, std::int32_t leaves, std::int32_t tree_threads,
+                       std::int32_t reps) {
+    const std::int32_t nodes = n_rows - 1;
+    if (!m.trees() || leaves < 2 || nodes % leaves != 0 || nodes / leaves < 2 || leaves > m.n_leaves_max() ||
+        4 * n_rows > m.n_ctx_slot()) {
+        return -1;
+    }
+    const std::int32_t n_vocab = m.n_vocab();
+    // Two trees of n_rows rows, `leaves` branches and half as many (twice as deep), taken in turn: real trees change
+    // shape from step to step, and what that costs (llama.cpp may rebuild its graph) is part of a tree step.
+    struct shape {
+        std::vector<token_id>     tokens;
+        std::vector<std::int32_t> parents, depths, path;
+    };
+    std::vector<shape> trees;
+    for (std::int32_t l : {leaves, leaves / 2}) {
+        if (l < 1 || nodes % l != 0) continue;
+        shape t;
+        const std::int32_t depth = nodes / l;
+        for (std::int32_t b = 0; b < l; ++b) {
+            for (std::int32_t d = 1; d <= depth; ++d) {
+                t.tokens.push_back((token_id) ((b * 7919 + d * 104729 + 13) % n_vocab));
+                t.parents.push_back(d == 1 ? -1 : (std::int32_t) t.tokens.size() - 2);
+                t.depths.push_back(d);
+            }
+        }
+        // Half of the last branch accepted: what commit keeps sits behind the other branches' cells.
+        for (std::int32_t d = 0; d < depth / 2; ++d) t.path.push_back((l - 1) * depth + d);
+        trees.push_back(std::move(t));
+    }
+    warm_up_guard guard{m, slot};
+    const std::int32_t fill = std::min<std::int32_t>(64, m.n_ctx_slot() / 4);
+    // One step: its pass and its commit, by the wall clock (a commit's work is on the host). tree: null for plain.
+    auto step = [&](const shape * t) -> double {
+        if (m.n_past(slot) + n_rows + 1 > m.n_ctx_slot() / 2) fill_context(m, slot, fill, n_vocab);
+        tree_request r;
+        r.slot = slot;
+        r.root = (token_id) ((m.n_past(slot) * 31 + 7) % n_vocab);
+        if (t) {
+            r.tokens  = t->tokens;
+            r.parents = t->parents;
+            r.depths  = t->depths;
+        }
+        m.set_decode_threads(t ? tree_threads : 0);  // one row on the context's own, as plain decoding
+        const double t0 = now_us();
+        if (m.decode({&r, 1}) != decode_status::ok) return -1;
+        m.commit(0, t ? std::span<const std::int32_t>(t->path) : std::span<const std::int32_t>());
+        return now_us() - t0;
+    };
+    fill_context(m, slot, fill, n_vocab);
+    // Blocks of plain steps (steady, as plain decoding runs) and of tree steps, twice each, so that a slow spell of a
+    // shared machine slows both; each block's first step follows the other kind and is not counted.
+    std::vector<double> t_tree, t_plain;
+    for (std::int32_t round = 0; round < 2; ++round) {
+        for (std::int32_t i = 0; i <= reps / 2; ++i) {
+            const double t = step(nullptr);
+            if (t <= 0) return -1;
+            if (i > 0) t_plain.push_back(t);
+        }
+        for (std::int32_t i = 0; i <= reps / 2; ++i) {
+            const double t = step(&trees[(std::size_t) i % trees.size()]);
+            if (t <= 0) return -1;
+            if (i > 0) t_tree.push_back(t);
+        }
+    }
+    return fastest(t_tree) / fastest(t_plain);
+}
+
 void calibrate_batches(target_model & m, cost_table & table, const calibrate_params & p) {
     table.batches.clear();
     if (m.trees() || m.n_slots() < 2 || p.per.empty() || p.per.front() != 1 || !table.valid()) {
