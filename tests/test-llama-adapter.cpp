@@ -6,6 +6,7 @@
 #include "rest/llama-model.h"
 #include "test-util.h"
 
+#include <cstdlib>
 #include <random>
 
 using namespace rest;
@@ -113,15 +114,21 @@ INSTANTIATE_TEST_SUITE_P(shapes, fixture_metadata,
 
 // Greedy decoding written directly on llama.cpp's API: the reference the adapter must match token for token.
 std::vector<llama_token> reference_greedy(const std::string & path, const std::vector<llama_token> & prompt, int n) {
+    // Offloaded as rest_test::load_model offloads the adapter's model (REST_TEST_NGL; llama.cpp's default would put
+    // every layer on a GPU whenever the build has one, and the adapter none).
+    const char * ngl_env = std::getenv("REST_TEST_NGL");
+    const int    ngl     = ngl_env ? std::atoi(ngl_env) : 0;
     llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers       = ngl;
     llama_model * model = llama_model_load_from_file(path.c_str(), mp);
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx     = 512;
     cp.n_batch   = 512;
     cp.n_threads = cp.n_threads_batch = 1;
-    // The adapter's automatic setting for these F32/F16 CPU fixtures (llama.cpp's own default would enable it; the
-    // two attention paths round differently, and a random model amplifies that).
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    // The adapter's automatic setting for these F32/F16 fixtures: off on a CPU (llama.cpp's own default would enable
+    // it; the two attention paths round differently, and a random model amplifies that), llama.cpp's choice when
+    // offloaded. On an H200 the reference with it off and the offloaded adapter with it on parted at token 21.
+    cp.flash_attn_type = ngl > 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     llama_context * ctx = llama_init_from_model(model, cp);
     llama_sampler * smpl = llama_sampler_init_greedy();
     std::vector<llama_token> tokens = prompt;
