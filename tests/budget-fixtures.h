@@ -90,9 +90,17 @@ class threaded_target final : public target_model {
   public:
     // cost(rows, threads): microseconds a decode takes. Default: one thread is fast up to 8 rows, slow beyond.
     explicit threaded_target(rest_test::fake_target & f, std::function<double(int, int)> cost = nullptr) :
-        f_(f), cost_(cost ? std::move(cost) : [](int rows, int threads) {
+        f_(f), cost_([c = cost ? std::move(cost) : [](int rows, int threads) {
             return threads == 1 ? (rows <= 8 ? 100.0 : 3000.0) : 600.0;
-        }) {}
+        }](std::span<const tree_request> reqs, int threads) { return c(total_rows(reqs), threads); }) {}
+    // cost(requests, threads): for costs that depend on a tree's shape, not only its rows.
+    threaded_target(rest_test::fake_target & f, std::function<double(std::span<const tree_request>, int)> cost) :
+        f_(f), cost_(std::move(cost)) {}
+    static int total_rows(std::span<const tree_request> reqs) {
+        int rows = 0;
+        for (const auto & r : reqs) rows += 1 + (int) r.tokens.size();
+        return rows;
+    }
     std::int32_t n_vocab() const override { return f_.n_vocab(); }
     std::int32_t n_slots() const override { return f_.n_slots(); }
     std::int32_t n_ctx_slot() const override { return f_.n_ctx_slot(); }
@@ -103,11 +111,9 @@ class threaded_target final : public target_model {
     void set_decode_threads(std::int32_t n) override { threads_ = n > 0 ? n : 2; }
     void prefill(std::int32_t slot, std::span<const token_id> t) override { f_.prefill(slot, t); }
     decode_status decode(std::span<const tree_request> reqs) override {
-        int rows = 0;
-        for (const auto & r : reqs) rows += 1 + (int) r.tokens.size();
-        seen.emplace_back(rows, threads_);
+        seen.emplace_back(total_rows(reqs), threads_);
         requests_seen.push_back((int) reqs.size());
-        const double us = cost_(rows, threads_);
+        const double us = cost_(reqs, threads_);
         last_us_        = us;
         const auto   t0 = std::chrono::steady_clock::now();
         while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < us) {
@@ -126,7 +132,7 @@ class threaded_target final : public target_model {
 
   private:
     rest_test::fake_target &         f_;
-    std::function<double(int, int)>  cost_;
+    std::function<double(std::span<const tree_request>, int)> cost_;
     std::int32_t                     threads_ = 2;
     double                           last_us_ = -1;
 };

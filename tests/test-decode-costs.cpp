@@ -3,7 +3,7 @@
 #include "budget-fixtures.h"
 
 #include <algorithm>
-#include <chrono>
+#include <functional>
 
 using namespace rest;
 using namespace rest_test;
@@ -254,53 +254,32 @@ TEST(warm_up, where_first_passes_cost_what_steady_ones_do_it_stops_after_two_row
     EXPECT_EQ(w.m.n_past(0), 0);
 }
 
-// A fake whose pass takes base + per_row us a row + per_leaf us for each leaf beyond the first, by the wall clock:
-// what llama.cpp's unified KV pool charges per sequence, which tree_step_ratio() must see and a table of single-chain
-// passes cannot.
-class leafy_target final : public target_model {
-  public:
-    leafy_target(rest_test::fake_target & f, double per_leaf) : f_(f), per_leaf_(per_leaf) {}
-    std::int32_t n_vocab() const override { return f_.n_vocab(); }
-    std::int32_t n_slots() const override { return f_.n_slots(); }
-    std::int32_t n_ctx_slot() const override { return f_.n_ctx_slot(); }
-    std::int32_t n_leaves_max() const override { return f_.n_leaves_max(); }
-    bool trees() const override { return f_.trees(); }
-    std::int32_t n_past(std::int32_t slot) const override { return f_.n_past(slot); }
-    void prefill(std::int32_t slot, std::span<const token_id> t) override { f_.prefill(slot, t); }
-    decode_status decode(std::span<const tree_request> reqs) override {
+// A pass of 100 us + 5 us a row + per_leaf us for each leaf beyond the first: what llama.cpp's unified KV pool
+// charges per sequence, which tree_step_ratio() must see and a table of single-chain passes cannot.
+std::function<double(std::span<const tree_request>, int)> leafy_cost(double per_leaf) {
+    return [per_leaf](std::span<const tree_request> reqs, int) {
         double us = 100;
         for (const auto & r : reqs) {
             std::vector<bool> parent(r.tokens.size(), false);
             for (std::int32_t p : r.parents) if (p >= 0) parent[(std::size_t) p] = true;
             const auto leaves = std::count(parent.begin(), parent.end(), false);
-            us += 5.0 * (1 + (double) r.tokens.size()) + per_leaf_ * (double) std::max<std::ptrdiff_t>(0, leaves - 1);
+            us += 5.0 * (1 + (double) r.tokens.size()) + per_leaf * (double) std::max<std::ptrdiff_t>(0, leaves - 1);
         }
-        const auto t0 = std::chrono::steady_clock::now();
-        while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < us) {
-        }
-        return f_.decode(reqs);
-    }
-    std::span<const float> logits(std::int32_t r, std::int32_t node) const override { return f_.logits(r, node); }
-    void commit(std::int32_t r, std::span<const std::int32_t> path) override { f_.commit(r, path); }
-    void clear(std::int32_t slot) override { f_.clear(slot); }
-    std::int64_t n_forward() const override { return f_.n_forward(); }
-
-  private:
-    rest_test::fake_target & f_;
-    double                   per_leaf_;
-};
+        return us;
+    };
+}
 
 TEST(tree_step_ratio, sees_what_branches_cost_beyond_the_rows) {
     // Rows alone: a 17-row tree costs (100 + 85) / 105 = 1.76 plain steps, whatever its branches.
     rest_test::fake_target f1(50, 600, 1, 3);
-    leafy_target           rows_only(f1, 0);
+    threaded_target        rows_only(f1, leafy_cost(0));
     const double r1 = tree_step_ratio(rows_only, 0, 17, 4);
     EXPECT_GT(r1, 1.6);
     EXPECT_LT(r1, 2.0);  // trees would be kept (k_flat_factor 2)
     EXPECT_EQ(f1.n_past(0), 0);  // the slot is left clean
     // 100 us per extra leaf: its cheapest tree (2 leaves) costs (185 + 100) / 105 = 2.7 plain steps.
     rest_test::fake_target f2(50, 600, 1, 3);
-    leafy_target           branchy(f2, 100);
+    threaded_target        branchy(f2, leafy_cost(100));
     const double r2 = tree_step_ratio(branchy, 0, 17, 4);
     EXPECT_GT(r2, 2.5);
     EXPECT_LT(r2, 3.5);
