@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <climits>
@@ -76,18 +77,50 @@ void print_table(const rest::cost_table & t, const std::string & how) {
     }
 }
 
-// tree_step_ratio() of a tree context, cached beside its cost table under the same key: a process that finds
-// trees do not pay need not open a tree context to learn it again. <= 0: none cached (or unreadable).
+// tree_step_ratio() of a tree context, cached beside its cost table under the same key, with the tree it timed:
+// a process that finds trees do not pay need not open a tree context to learn it again. 0: it could not be measured
+// (which is cached too, so that a context that cannot hold the tree does not retry at every start).
 fs::path tree_step_path(const std::string & key) { return cache_dir() / "costs" / file_name(key, ".tree-step.txt"); }
 
+std::string tree_step_text(const std::string & key, double ratio) {
+    char line[96];
+    std::snprintf(line, sizeof(line), "rest-tree-step 2 %d %d %.4f\n", k_flat_rows + 1, k_tree_leaves, std::max(0.0, ratio));
+    return line + key + "\n";
+}
+
+// The cached ratio for key and this tree (>= 0), or -1: none, or a file of another version, key or tree, or any other
+// text.
 double load_tree_step(const std::string & key) {
     std::ifstream in(tree_step_path(key));
-    std::string   tag, version, cached_key;
-    double        ratio = 0;
-    if (!(in >> tag >> version >> ratio) || tag != "rest-tree-step" || version != "1") return 0;
-    std::getline(in, cached_key);  // the rest of the first line
-    std::getline(in, cached_key);
-    return cached_key == key && std::isfinite(ratio) && ratio > 0 ? ratio : 0;
+    std::string   first, cached_key, extra;
+    if (!std::getline(in, first) || !std::getline(in, cached_key) || cached_key != key || std::getline(in, extra)) {
+        return -1;
+    }
+    std::istringstream line(first);
+    std::string        tag;
+    int                version = 0, rows = 0, leaves = 0;
+    double             ratio   = -1;
+    if (!(line >> tag >> version >> rows >> leaves >> ratio) || tag != "rest-tree-step" || version != 2 ||
+        rows != k_flat_rows + 1 || leaves != k_tree_leaves || !std::isfinite(ratio) || ratio < 0 || !(line >> std::ws).eof()) {
+        return -1;
+    }
+    return ratio;
+}
+
+// Runs f on a thread of its own that ends here, rethrowing what it throws. With OpenMP builds of ggml each thread that
+// runs a forward pass keeps its own pool of workers; a server decodes on its engine thread, and the main thread's
+// pool left behind by calibrating made libgomp count more threads than CPUs, so it throttled its spin-waits and every
+// barrier slept: the first requests of a freshly calibrated 8-slot server ran 5x slower than with a cached table.
+template <typename F> void run_on_own_thread(F && f) {
+    std::exception_ptr error;
+    std::thread([&] {
+        try {
+            f();
+        } catch (...) {
+            error = std::current_exception();
+        }
+    }).join();
+    if (error) std::rethrow_exception(error);
 }
 
 }  // namespace
@@ -107,22 +140,8 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
         }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    // Measured on a thread of its own that ends here. With OpenMP builds of ggml each thread that runs a forward pass
-    // keeps its own pool of workers; a server decodes on its engine thread, and the main thread's pool left behind
-    // by calibrating made libgomp count more threads than CPUs, so it throttled its spin-waits and every barrier
-    // slept: the first requests of a freshly calibrated 8-slot server ran 5x slower than with a cached table.
     rest::cost_table t;
-    std::exception_ptr error;
-    std::thread([&] {
-        try {
-            t = rest::calibrate_cost(ctx, 0);
-        } catch (...) {
-            error = std::current_exception();
-        }
-    }).join();
-    if (error) {
-        std::rethrow_exception(error);
-    }
+    run_on_own_thread([&] { t = rest::calibrate_cost(ctx, 0); });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (verbose || secs > 2) {
         char how[64];
@@ -136,35 +155,36 @@ rest::cost_table load_or_calibrate_costs(const rest::model & m, rest::target_mod
 measured_context open_measured_context(const rest::model & m, rest::context_params cp, const std::string & layout,
                                        bool verbose, bool recalibrate) {
     measured_context mc;
-    auto open = [&](bool trees) {
+    // calibrate: measure (or load) the context's table; a reopened chain context takes back the one measured first.
+    auto open = [&](bool trees, bool calibrate) {
         mc.ctx.reset();  // one context at a time: the tree context's pool takes the memory
         cp.trees = trees;
         mc.ctx   = m.new_context(cp);
-        mc.costs = load_or_calibrate_costs(m, *mc.ctx, cp, verbose, recalibrate);
+        if (calibrate) mc.costs = load_or_calibrate_costs(m, *mc.ctx, cp, verbose, recalibrate);
         mc.key   = cost_cache_key(m, *mc.ctx, cp);
         mc.trees = trees;
     };
-    open(rest::layout_uses_trees(layout));
+    open(rest::layout_uses_trees(layout), true);
     const double t_flat = mc.costs.valid() ? mc.costs.predict_us(k_flat_rows, 0) / mc.costs.predict_us(1, 0) : 0;
-    double       t_tree = 0;
+    double       t_tree = -1;
     if (layout == "auto" && !mc.trees && mc.costs.valid() && t_flat <= k_flat_factor) {
         // Flat rows are not yet a flat tree step: the branches' sequences, mask and commit are measured too.
         rest::context_params tcp = cp;
         tcp.trees                = true;
-        const std::string tkey   = cost_cache_key(m, *mc.ctx, tcp);
-        t_tree                   = recalibrate ? 0 : load_tree_step(tkey);
-        if (t_tree <= 0) {
-            open(true);
-            t_tree = rest::tree_step_ratio(*mc.ctx, 0, k_flat_rows + 1, k_tree_leaves,
-                                            mc.costs.threads_for(k_flat_rows + 1, 1));
-            if (t_tree > 0) {
-                char line[64];
-                std::snprintf(line, sizeof(line), "rest-tree-step 1 %.4f\n", t_tree);
-                write_atomically(tree_step_path(tkey), line + tkey + "\n");
-            }
+        const std::string tkey   = cost_cache_key(m, *mc.ctx, tcp);  // only n_slots() comes from the context
+        t_tree                   = recalibrate ? -1 : load_tree_step(tkey);
+        const rest::cost_table chain_costs = mc.costs;
+        if (t_tree < 0) {
+            open(true, true);
+            run_on_own_thread([&] {
+                t_tree = rest::tree_step_ratio(*mc.ctx, 0, k_flat_rows + 1, k_tree_leaves,
+                                               mc.costs.threads_for(k_flat_rows + 1, 1));
+            });
+            write_atomically(tree_step_path(tkey), tree_step_text(tkey, t_tree));
         }
         const bool trees = t_tree > 0 && t_tree <= k_flat_factor;
-        if (trees != mc.trees) open(trees);
+        if (trees != mc.trees) open(trees, trees);  // back to chains: the first table, not measured again
+        if (!trees) mc.costs = chain_costs;
     }
     if (verbose && mc.costs.valid()) {
         std::string tree_note;
@@ -172,6 +192,8 @@ measured_context open_measured_context(const rest::model & m, rest::context_para
             char buf[96];
             std::snprintf(buf, sizeof(buf), ", a %d-row tree step %.1f x a plain one", k_flat_rows + 1, t_tree);
             tree_note = buf;
+        } else if (t_tree == 0) {
+            tree_note = ", no tree step fits this context";
         }
         std::fprintf(stderr, "rest: verifying %s (--draft-layout %s; measured t(%d) = %.1f x t(1)%s)\n",
                      mc.trees ? "trees" : "chains", layout.c_str(), k_flat_rows, t_flat, tree_note.c_str());

@@ -1,7 +1,8 @@
 // The verify-cost table is measured once per (model file, backend, threads, batch, layout) and cached on disk, so
 // the next start is instant; what the budget policy learned while running is cached per (those, datastore), so the
 // next run starts where the last one ended. The caches live in $RESTCPP_CACHE_DIR (default ~/.cache/rest.cpp), in
-// costs/ (one line, "rest-cost 4 ...") and budget/ (JSON with named fields and a version).
+// costs/ (a table: one line, "rest-cost 4 ...", then its key; a tree context's measured tree step beside it,
+// "rest-tree-step 2 <rows> <leaves> <ratio>", then its key) and budget/ (JSON with named fields and a version).
 #pragma once
 
 #include "rest/budget.h"

@@ -100,12 +100,13 @@ struct warm_up_result {
     double       t_us = 0;
 };
 warm_up_result warm_up(target_model & m, std::int32_t slot, const cost_table & costs, std::int32_t max_rows);
-// What a tree step costs in a tree context, over a plain one, both measured here: a pass of n_rows rows in `leaves`
-// equal branches behind the root (in turn with half as many branches, twice as deep: trees change shape) and its
-// commit with half of one branch accepted, against a one-row pass and its commit. A branchy step pays what
-// calibrate_cost's single-chain passes do not: a sequence per leaf, the mask over them, the cells dropped at
-// commit (on an H200 the demo model's 8-node trees took 0.67 ms a step where its 9-row chains took 0.29 and the
-// tree context's table said 0.21). Fastest of reps each, in blocks; on the slot, which must be idle and is cleared.
+// What a tree step costs in a tree context, over a plain one, both measured here: passes of n_rows rows in `leaves`
+// equal branches behind the root (in turn with half as many, twice as deep) and their commits, half of the first
+// branch accepted or half of the last (decoded again in the next pass), against one-row passes and their commits: the
+// mean over those four kinds of step, each its fastest. A branchy step pays what calibrate_cost's single-chain passes
+// do not: a sequence per leaf, the mask over them, the cells dropped at commit, what llama.cpp rebuilds when a pass's
+// shape changes (on an H200 the demo model's 8-node trees took 0.67 ms a step where its 9-row chains took 0.29 and
+// the tree context's table said 0.21). In blocks; on the slot, which must be idle and is cleared.
 // Returns <= 0 where it cannot run: no trees, n_rows - 1 not `leaves` branches of 2+ nodes, too few positions.
 // tree_threads: the decode threads of the tree's pass (0: the context's own; a cost table's threads_for(n_rows)).
 double tree_step_ratio(target_model & m, std::int32_t slot, std::int32_t n_rows, std::int32_t leaves,

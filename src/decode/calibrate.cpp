@@ -310,16 +310,23 @@ double tree_step_ratio(target_model & m, std::int32_t slot, std::int32_t n_rows,
         return -1;
     }
     const std::int32_t n_vocab = m.n_vocab();
-    // Two trees of n_rows rows, `leaves` branches and half as many (twice as deep), taken in turn: real trees change
-    // shape from step to step, and what that costs (llama.cpp may rebuild its graph) is part of a tree step.
-    struct shape {
+    // Four kinds of step, taken in turn, as a drafted tree's steps vary:
+    //  - two trees of n_rows rows, `leaves` branches and half as many (twice as deep): at a fixed budget the rows
+    //    stay and the branches change;
+    //  - each with half of its first branch accepted (the best path comes first: commit keeps its cells in place)
+    //    or half of its last (decoded again at the head of the next pass, whose rows then change).
+    // A real tree's accepted path is mostly but not always its first. Every kind costs what a tree step pays: a
+    // sequence per leaf, the mask, the commit, what llama.cpp rebuilds when a pass's shape changes. On an H200, the
+    // demo model's first-branch steps alone came to 1.9-2.2 plain steps, its last-branch steps alone 6.8-8.0, and
+    // its trees in a bench 4.2 (0.67 ms a step of 8 nodes).
+    struct tree_shape {
         std::vector<token_id>     tokens;
-        std::vector<std::int32_t> parents, depths, path;
+        std::vector<std::int32_t> parents, depths, path;  // path: the accepted nodes, root's child first
     };
-    std::vector<shape> trees;
+    std::vector<tree_shape> trees;
     for (std::int32_t l : {leaves, leaves / 2}) {
         if (l < 1 || nodes % l != 0) continue;
-        shape t;
+        tree_shape t;
         const std::int32_t depth = nodes / l;
         for (std::int32_t b = 0; b < l; ++b) {
             for (std::int32_t d = 1; d <= depth; ++d) {
@@ -328,14 +335,16 @@ double tree_step_ratio(target_model & m, std::int32_t slot, std::int32_t n_rows,
                 t.depths.push_back(d);
             }
         }
-        // Half of the last branch accepted: what commit keeps sits behind the other branches' cells.
-        for (std::int32_t d = 0; d < depth / 2; ++d) t.path.push_back((l - 1) * depth + d);
-        trees.push_back(std::move(t));
+        for (std::int32_t b : {0, l - 1}) {
+            t.path.clear();
+            for (std::int32_t d = 0; d < depth / 2; ++d) t.path.push_back(b * depth + d);
+            trees.push_back(t);
+        }
     }
     warm_up_guard guard{m, slot};
     const std::int32_t fill = std::min<std::int32_t>(64, m.n_ctx_slot() / 4);
     // One step: its pass and its commit, by the wall clock (a commit's work is on the host). tree: null for plain.
-    auto step = [&](const shape * t) -> double {
+    auto step = [&](const tree_shape * t) -> double {
         if (m.n_past(slot) + n_rows + 1 > m.n_ctx_slot() / 2) fill_context(m, slot, fill, n_vocab);
         tree_request r;
         r.slot = slot;
@@ -352,22 +361,28 @@ double tree_step_ratio(target_model & m, std::int32_t slot, std::int32_t n_rows,
         return now_us() - t0;
     };
     fill_context(m, slot, fill, n_vocab);
-    // Blocks of plain steps (steady, as plain decoding runs) and of tree steps, twice each, so that a slow spell of a
-    // shared machine slows both; each block's first step follows the other kind and is not counted.
-    std::vector<double> t_tree, t_plain;
+    // Blocks of plain steps (steady, as plain decoding runs) and of tree steps (each kind reps / 2 times, in turn),
+    // twice each, so that a slow spell of a shared machine slows both; each block's first step follows the other kind
+    // and is not counted. A tree step is the mean over the kinds of each kind's fastest: the fastest alone would be
+    // the cheapest kind's.
+    std::vector<double>              t_plain;
+    std::vector<std::vector<double>> t_kind(trees.size());
     for (std::int32_t round = 0; round < 2; ++round) {
         for (std::int32_t i = 0; i <= reps / 2; ++i) {
             const double t = step(nullptr);
             if (t <= 0) return -1;
             if (i > 0) t_plain.push_back(t);
         }
-        for (std::int32_t i = 0; i <= reps / 2; ++i) {
-            const double t = step(&trees[(std::size_t) i % trees.size()]);
+        for (std::int32_t i = 0; i <= (reps / 2) * (std::int32_t) trees.size(); ++i) {
+            const std::size_t k = (std::size_t) i % trees.size();
+            const double      t = step(&trees[k]);
             if (t <= 0) return -1;
-            if (i > 0) t_tree.push_back(t);
+            if (i > 0) t_kind[k].push_back(t);
         }
     }
-    return fastest(t_tree) / fastest(t_plain);
+    double sum = 0;
+    for (const auto & v : t_kind) sum += fastest(v);
+    return sum / (double) trees.size() / fastest(t_plain);
 }
 
 void calibrate_batches(target_model & m, cost_table & table, const calibrate_params & p) {
