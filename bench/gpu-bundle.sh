@@ -21,7 +21,7 @@ die() { echo "gpu-bundle: $*" >&2; exit 2; }
 zst() { zstd -q -T0 --long=28 -19 "$@"; }
 unzst() { zstd -q -d --long=28 "$@"; }
 command -v zstd >/dev/null 2>&1 || die "zstd not found (apt-get install zstd)"
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd -P)
 
 cache_value() {  # build dir, CMake cache key: the value, or nothing
     sed -n "s/^$2:[A-Z]*=//p" "$1/CMakeCache.txt" | head -1
@@ -29,22 +29,25 @@ cache_value() {  # build dir, CMake cache key: the value, or nothing
 
 pack() {
     [ $# = 2 ] || die "usage: bench/gpu-bundle.sh pack BUILD_DIR BUNDLE_DIR"
-    local build bundle llama data models
+    local build bundle llama data data_raw models
     build=$(cd "$1" 2>/dev/null && pwd) || die "$1 is not a directory"
     [ -x "$build/bin/rest" ] && [ -f "$build/CMakeCache.txt" ] || die "$build has no bin/rest or CMakeCache.txt"
     bundle=$(realpath -m "$2")
     llama=$(cache_value "$build" RESTCPP_LLAMA_DIR)
     [ -n "$llama" ] || llama=$(ls -d "${XDG_CACHE_HOME:-$HOME/.cache}"/rest.cpp/llama.cpp-* 2>/dev/null | head -1)
     models=$llama/models
-    data=$(realpath -m "$(cache_value "$build" REST_SHARED_DATA_DIR)")
+    # As compiled into the tests (../shared/data beside the checkout): unpack resolves it where the checkout is.
+    data_raw=$(cache_value "$build" REST_SHARED_DATA_DIR)
+    data=$(realpath -m "$data_raw")
     [ -f "$data/models/stories260K.gguf" ] || die "no shared data at $data"
     mkdir -p "$bundle"
-    rm -f "$bundle"/*.tar.zst "$bundle/manifest.env"
+    rm -f "$bundle"/{build,data,vocab,libs}.tar.zst "$bundle"/{build,libs}.list "$bundle/manifest.env"
 
     # The build: binaries (stripped copies: symbols are a fifth of each), CTest's files, the cache (architectures),
     # cached bench indexes (not the fixtures).
     local stage
     stage=$(mktemp -d)
+    trap "rm -rf '$stage'" EXIT
     mkdir -p "$stage/bin"
     cp -p "$build"/bin/* "$stage/bin/"
     strip --strip-unneeded "$stage"/bin/* 2>/dev/null || true  # scripts and non-ELF files stay as they are
@@ -62,17 +65,13 @@ pack() {
     done
     tar -C "$models" -cf - "${vocabs[@]}" | zst -o "$bundle/vocab.tar.zst"
     # Shared libraries outside glibc and the CUDA driver/toolkit: the GPU machine may lack them.
-    find "$build/bin" -type f -perm -u+x -exec ldd {} + 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
+    # (ldd fails on a script: its libraries are none, and the others' still count.)
+    find "$build/bin" -type f -perm -u+x -exec sh -c 'ldd "$@" 2>/dev/null || true' _ {} + | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
         | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcudart|libcublas[A-Za-z]*|libnccl)\.so' \
         | sort -u > "$bundle/libs.list"
     tar -chf - -T "$bundle/libs.list" --transform 's|.*/||' 2>/dev/null | zst -o "$bundle/libs.tar.zst"
-    {
-        echo "BUNDLE_ROOT=$root"
-        echo "BUNDLE_BUILD=$build"
-        echo "BUNDLE_MODELS=$models"
-        echo "BUNDLE_DATA=$data"
-        echo "BUNDLE_COMMIT=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    } > "$bundle/manifest.env"
+    printf 'BUNDLE_%s=%q\n' ROOT "$root" BUILD "$build" MODELS "$models" DATA "$data_raw" \
+        COMMIT "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$bundle/manifest.env"
     local mb
     mb=$(du -cm "$bundle"/*.tar.zst | tail -1 | cut -f1)
     du -h "$bundle"/*.tar.zst
@@ -103,13 +102,14 @@ unpack() {
         mkdir -p "$data"
         unzst -c "$bundle/data.tar.zst" | tar -C "$data" -xf -
     fi
-    local tmp lib name added=()
+    local tmp lib name added=() have
     tmp=$(mktemp -d)
     unzst -c "$bundle/libs.tar.zst" | tar -C "$tmp" -xf -
+    have=$(ldconfig -p 2>/dev/null || true)  # read once: grep -q in a pipe could end ldconfig early (SIGPIPE)
     for lib in "$tmp"/*; do
         [ -e "$lib" ] || continue
         name=$(basename "$lib")
-        if ! ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$name "; then
+        if [[ $have != *$'\t'"$name "* ]]; then
             cp "$lib" "$build/carried-lib/"
             added+=("$name")
         fi
@@ -121,7 +121,7 @@ unpack() {
              $(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib /usr/local/lib/python3*/dist-packages/nvidia/*/lib 2>/dev/null); do
         [ -d "$d" ] && dirs+=("$d")
     done
-    printf 'export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' "$(IFS=:; echo "${dirs[*]}")" > "$build/gpu-env.sh"
+    printf 'export LD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' "$(IFS=:; echo "${dirs[*]}")" > "$build/gpu-env.sh"
     echo "gpu-bundle: commit $BUNDLE_COMMIT unpacked: build $build, tokenizers $BUNDLE_MODELS, data $data;" \
          "libraries added: ${added[*]:-none}"
     local missing

@@ -21,7 +21,8 @@ echo 'subdirs("tests")' > "$dir/build/CTestTestfile.cmake"
 echo 'add_test(t "/nowhere/t")' > "$dir/build/tests/CTestTestfile.cmake"
 echo index > "$dir/build/bench-cache/x.idx"
 echo fixture > "$dir/build/bench-cache/x.gguf"
-printf 'RESTCPP_LLAMA_DIR:PATH=%s\nREST_SHARED_DATA_DIR:PATH=%s\n' "$dir/llama" "$dir/data" > "$dir/build/CMakeCache.txt"
+# The data path as CMake writes it for the tests: relative to the root, with its "..".
+printf 'RESTCPP_LLAMA_DIR:PATH=%s\nREST_SHARED_DATA_DIR:PATH=%s\n' "$dir/llama" "$dir/build/../data" > "$dir/build/CMakeCache.txt"
 for v in one two; do echo "vocab $v" > "$dir/llama/models/ggml-vocab-$v.gguf"; done
 echo model > "$dir/data/models/stories260K.gguf"
 
@@ -38,14 +39,16 @@ if grep -q 'x.gguf' "$dir/b/build.list"; then fail "a fixture model was packed";
 # Unpack as if the build had been made under another root: a link from that root to this checkout.
 new="$dir/elsewhere/main"
 sed -i "s|^BUNDLE_ROOT=.*|BUNDLE_ROOT=$new|; s|^BUNDLE_BUILD=.*|BUNDLE_BUILD=$new/build-gpu|" "$dir/b/manifest.env"
-sed -i "s|^BUNDLE_MODELS=.*|BUNDLE_MODELS=$dir/models-there|; s|^BUNDLE_DATA=.*|BUNDLE_DATA=$dir/data-there|" "$dir/b/manifest.env"
+# The data as the tests have it compiled in, beside the root: through the link, beside the real checkout.
+grep -qx "BUNDLE_DATA=$dir/build/../data" "$dir/b/manifest.env" || fail "manifest data: $(grep DATA "$dir/b/manifest.env")"
+sed -i "s|^BUNDLE_MODELS=.*|BUNDLE_MODELS=$dir/models-there|; s|^BUNDLE_DATA=.*|BUNDLE_DATA=$new/../data-there|" "$dir/b/manifest.env"
 "$tool" unpack "$dir/b" > "$dir/unpack.out" || fail "unpack failed: $(cat "$dir/unpack.out")"
 [ "$(readlink "$new")" = "$checkout" ] || fail "$new does not link to the checkout"
 b="$checkout/build-gpu"
 cmp -s "$b/bin/rest" "$dir/build/bin/rest" || fail "bin/rest differs after the round trip"
 [ -f "$b/tests/CTestTestfile.cmake" ] && [ -f "$b/bench-cache/x.idx" ] && [ -d "$b/test-tmp" ] || fail "build files missing"
 [ "$(cat "$dir/models-there/ggml-vocab-two.gguf")" = "vocab two" ] || fail "tokenizer missing"
-[ "$(cat "$dir/data-there/models/stories260K.gguf")" = model ] || fail "data missing"
+[ "$(cat "$checkout/../data-there/models/stories260K.gguf")" = model ] || fail "data not beside the real checkout"
 grep -q "^export LD_LIBRARY_PATH=$b/carried-lib" "$b/gpu-env.sh" || fail "gpu-env.sh: $(cat "$b/gpu-env.sh")"
 # This machine has every library the executable needs, so none is added.
 [ -z "$(ls -A "$b/carried-lib")" ] || fail "libraries added that the machine has: $(ls "$b/carried-lib")"
