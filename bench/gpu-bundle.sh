@@ -20,7 +20,7 @@ set -euo pipefail
 die() { echo "gpu-bundle: $*" >&2; exit 2; }
 zst() { zstd -q -T0 --long=28 -19 "$@"; }
 unzst() { zstd -q -d --long=28 "$@"; }
-command -v zstd >/dev/null 2>&1 || die "zstd not found (apt-get install zstd)"
+need_zstd() { command -v zstd >/dev/null 2>&1 || die "zstd not found (apt-get install zstd)"; }
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 
 cache_value() {  # build dir, CMake cache key: the value, or nothing
@@ -40,8 +40,17 @@ pack() {
     data_raw=$(cache_value "$build" REST_SHARED_DATA_DIR)
     data=$(realpath -m "$data_raw")
     [ -f "$data/models/stories260K.gguf" ] || die "no shared data at $data"
+    need_zstd
     mkdir -p "$bundle"
-    rm -f "$bundle"/{build,data,vocab,libs}.tar.zst "$bundle"/{build,libs}.list "$bundle/manifest.env"
+    rm -rf "$bundle"/{build,data,vocab,libs}.tar.zst "$bundle"/{build,libs}.list "$bundle/manifest.env" "$bundle/zstd"
+    # zstd itself, for a machine without it (the H200's had none): the program and its libraries outside glibc.
+    mkdir -p "$bundle/zstd"
+    cp "$(command -v zstd)" "$bundle/zstd/zstd.bin"
+    ldd "$(command -v zstd)" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
+        | grep -Ev '/(libc|libm|libdl|librt|libpthread)\.so' | xargs -r cp -L -t "$bundle/zstd/"
+    printf '#!/bin/sh\nd=$(dirname "$0")\nLD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/zstd.bin" "$@"\n' \
+        > "$bundle/zstd/zstd"
+    chmod +x "$bundle/zstd/zstd"
 
     # The build: binaries (stripped copies: symbols are a fifth of each), CTest's files, the cache (architectures),
     # cached bench indexes (not the fixtures).
@@ -83,6 +92,8 @@ unpack() {
     [ $# = 1 ] || die "usage: bench/gpu-bundle.sh unpack BUNDLE_DIR"
     local bundle=$1
     [ -f "$bundle/manifest.env" ] || die "$bundle has no manifest.env (made by: bench/gpu-bundle.sh pack)"
+    zstd --version >/dev/null 2>&1 || PATH="$(cd "$bundle" && pwd)/zstd:$PATH"  # none that runs: the one pack brought
+    need_zstd
     local BUNDLE_ROOT BUNDLE_BUILD BUNDLE_MODELS BUNDLE_DATA BUNDLE_COMMIT
     # shellcheck disable=SC1091
     . "$bundle/manifest.env"

@@ -42,7 +42,11 @@ sed -i "s|^BUNDLE_ROOT=.*|BUNDLE_ROOT=$new|; s|^BUNDLE_BUILD=.*|BUNDLE_BUILD=$ne
 # The data as the tests have it compiled in, beside the root: through the link, beside the real checkout.
 grep -qx "BUNDLE_DATA=$dir/build/../data" "$dir/b/manifest.env" || fail "manifest data: $(grep DATA "$dir/b/manifest.env")"
 sed -i "s|^BUNDLE_MODELS=.*|BUNDLE_MODELS=$dir/models-there|; s|^BUNDLE_DATA=.*|BUNDLE_DATA=$new/../data-there|" "$dir/b/manifest.env"
-"$tool" unpack "$dir/b" > "$dir/unpack.out" || fail "unpack failed: $(cat "$dir/unpack.out")"
+# ... on a machine whose zstd does not run (the H200's had none): unpack takes the one pack brought.
+mkdir -p "$dir/nozstd"
+printf '#!/bin/sh\nexit 127\n' > "$dir/nozstd/zstd"
+chmod +x "$dir/nozstd/zstd"
+PATH="$dir/nozstd:$PATH" "$tool" unpack "$dir/b" > "$dir/unpack.out" 2>&1 || fail "unpack failed: $(cat "$dir/unpack.out")"
 [ "$(readlink "$new")" = "$checkout" ] || fail "$new does not link to the checkout"
 b="$checkout/build-gpu"
 cmp -s "$b/bin/rest" "$dir/build/bin/rest" || fail "bin/rest differs after the round trip"
