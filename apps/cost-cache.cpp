@@ -84,7 +84,7 @@ fs::path tree_step_path(const std::string & key) { return cache_dir() / "costs" 
 
 std::string tree_step_text(const std::string & key, double ratio) {
     char line[96];
-    std::snprintf(line, sizeof(line), "rest-tree-step 2 %d %d %.4f\n", k_flat_rows + 1, k_tree_leaves, std::max(0.0, ratio));
+    std::snprintf(line, sizeof(line), "rest-tree-step 2 %d %d %.4f\n", k_flat_rows + 1, k_tree_leaves, ratio);
     return line + key + "\n";
 }
 
@@ -174,17 +174,21 @@ measured_context open_measured_context(const rest::model & m, rest::context_para
         const std::string tkey   = cost_cache_key(m, *mc.ctx, tcp);  // only n_slots() comes from the context
         t_tree                   = recalibrate ? -1 : load_tree_step(tkey);
         const rest::cost_table chain_costs = mc.costs;
-        if (t_tree < 0) {
+        if (t_tree < 0) {  // not cached: measured in a tree context, which stays open if trees pay
             open(true, true);
             run_on_own_thread([&] {
-                t_tree = rest::tree_step_ratio(*mc.ctx, 0, k_flat_rows + 1, k_tree_leaves,
-                                               mc.costs.threads_for(k_flat_rows + 1, 1));
+                t_tree = std::max(0.0, rest::tree_step_ratio(*mc.ctx, 0, k_flat_rows + 1, k_tree_leaves,
+                                                             mc.costs.threads_for(k_flat_rows + 1, 1)));
             });
             write_atomically(tree_step_path(tkey), tree_step_text(tkey, t_tree));
         }
         const bool trees = t_tree > 0 && t_tree <= k_flat_factor;
-        if (trees != mc.trees) open(trees, trees);  // back to chains: the first table, not measured again
-        if (!trees) mc.costs = chain_costs;
+        if (trees && !mc.trees) {
+            open(true, true);
+        } else if (!trees && mc.trees) {
+            open(false, false);  // back to chains, with the table measured first
+            mc.costs = chain_costs;
+        }
     }
     if (verbose && mc.costs.valid()) {
         std::string tree_note;
