@@ -23,13 +23,21 @@ unzst() { zstd -q -d --long=28 "$@"; }
 need_zstd() { command -v zstd >/dev/null 2>&1 || die "zstd not found (apt-get install zstd)"; }
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 
+# The shared libraries that files link, outside glibc and CUDA's driver and toolkit (ldd fails on a script: its
+# libraries are none, and the others' still count).
+libs_of() {
+    ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
+        | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcudart|libcublas[A-Za-z]*|libnccl)\.so' \
+        | sort -u || true
+}
+
 cache_value() {  # build dir, CMake cache key: the value, or nothing
     sed -n "s/^$2:[A-Z]*=//p" "$1/CMakeCache.txt" | head -1
 }
 
 pack() {
     [ $# = 2 ] || die "usage: bench/gpu-bundle.sh pack BUILD_DIR BUNDLE_DIR"
-    local build bundle llama data data_raw models
+    local build bundle llama data data_raw models bins
     build=$(cd "$1" 2>/dev/null && pwd) || die "$1 is not a directory"
     [ -x "$build/bin/rest" ] && [ -f "$build/CMakeCache.txt" ] || die "$build has no bin/rest or CMakeCache.txt"
     bundle=$(realpath -m "$2")
@@ -46,8 +54,7 @@ pack() {
     # zstd itself, for a machine without it (the H200's had none): the program and its libraries outside glibc.
     mkdir -p "$bundle/zstd"
     cp "$(command -v zstd)" "$bundle/zstd/zstd.bin"
-    ldd "$(command -v zstd)" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
-        | grep -Ev '/(libc|libm|libdl|librt|libpthread)\.so' | xargs -r cp -L -t "$bundle/zstd/"
+    libs_of "$(command -v zstd)" | xargs -r cp -L -t "$bundle/zstd/"
     printf '#!/bin/sh\nd=$(dirname "$0")\nLD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/zstd.bin" "$@"\n' \
         > "$bundle/zstd/zstd"
     chmod +x "$bundle/zstd/zstd"
@@ -73,11 +80,9 @@ pack() {
         vocabs+=("ggml-vocab-$v.gguf")
     done
     tar -C "$models" -cf - "${vocabs[@]}" | zst -o "$bundle/vocab.tar.zst"
-    # Shared libraries outside glibc and the CUDA driver/toolkit: the GPU machine may lack them.
-    # (ldd fails on a script: its libraries are none, and the others' still count.)
-    find "$build/bin" -type f -perm -u+x -exec sh -c 'ldd "$@" 2>/dev/null || true' _ {} + | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
-        | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcudart|libcublas[A-Za-z]*|libnccl)\.so' \
-        | sort -u > "$bundle/libs.list"
+    # The GPU machine may lack them.
+    mapfile -t bins < <(find "$build/bin" -type f -perm -u+x)
+    libs_of "${bins[@]}" > "$bundle/libs.list"
     tar -chf - -T "$bundle/libs.list" --transform 's|.*/||' 2>/dev/null | zst -o "$bundle/libs.tar.zst"
     printf 'BUNDLE_%s=%q\n' ROOT "$root" BUILD "$build" MODELS "$models" DATA "$data_raw" \
         COMMIT "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$bundle/manifest.env"
