@@ -5,6 +5,7 @@
 //                       [--field prompt] [--budgets 1,2,3,4,6,8] [--draft-us 3,0.4] [--thresholds 0.5,0.2,0.1]
 //                       [--chain-grow 0|1] [--backoff-levels N] [--backoff-confident N] [--sources dch]
 //                       [--alpha DS,CTX,HIST] [--match MIN,MAX]
+//                       [--true-costs FILE] [--jitter SIGMA] [--seed N] [--cold-us US] [--warm-rows N]
 //
 // Greedy decoding is lossless, so every policy emits the same tokens; only the steps differ. At each step the
 // drafter (all sources, the decoder's chain drafting) drafts from the context so far, the policy picks a budget
@@ -19,6 +20,11 @@
 // COSTS.txt is a cost-cache file (first line "rest-cost 4 ..."; named when a run measures one, in
 // $RESTCPP_CACHE_DIR or ~/.cache/rest.cpp, under costs/). Plain
 // decoding costs t(1) per token. Prompt processing is left out for every policy alike.
+// The machine can differ from what the policy expects, as real ones do: --true-costs charges steps from another
+// table than the policy's prior (two start-up measurements of one model differ by 5-30% per shape); --jitter
+// multiplies each pass's time by a lognormal of mean 1 (--seed); --cold-us charges a shape's first pass in the
+// process that much more (each policy runs as one process over all prompts), except shapes of up to --warm-rows
+// rows, which the decoder's warm-up ran (rest bench's warm-up marks them seen too). Fixed budgets pay the same.
 #include "generations.h"
 #include "rest/budget.h"
 #include "rest/datastore.h"
@@ -31,6 +37,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <random>
+#include <stdexcept>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -67,10 +76,25 @@ class whole_chain final : public budget_policy {
     float        score_min_;
 };
 
+// The machine the replay charges steps on.
+struct machine {
+    cost_table   costs;              // the true steady times (the policy's prior is --costs; --true-costs: these)
+    double       draft_a = 3, draft_b = 0.4;  // drafting: A + B x nodes drafted, microseconds
+    double       cold_us = 0;        // a shape's first pass in the process costs this much more ...
+    std::int32_t warm_rows = 0;      // ... but for shapes of up to these rows (the decoder's warm-up ran them)
+    double       jitter = 0;         // each pass's time times a mean-1 lognormal of this sigma
+    unsigned     seed = 1;           // of the jitter
+};
+
 // Replays every generation under `policy`, whose verified chains are at most cap nodes.
-outcome replay(const std::vector<rest_bench::generation> & samples, const datastore & ds, const cost_table & costs,
-               budget_policy & policy, std::int32_t cap, double draft_a, double draft_b, const drafter_params & dp) {
+outcome replay(const std::vector<rest_bench::generation> & samples, const datastore & ds, const machine & mc,
+               budget_policy & policy, std::int32_t cap, const drafter_params & dp) {
     history_store hist{};
+    std::mt19937  rng(mc.seed);
+    std::normal_distribution<double> gauss(0.0, 1.0);
+    std::vector<char> ran((std::size_t) cap + 2, 0);  // [rows]: a pass of that shape ran in this process
+    for (std::int32_t r = 1; r <= std::min(mc.warm_rows, cap + 1); ++r) ran[(std::size_t) r] = 1;
+    policy.observe_warm_up(mc.warm_rows);
     drafter       dr(&ds, &hist, dp);
     outcome       o;
     std::int32_t  last_rows = 0;
@@ -93,10 +117,13 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             std::int32_t       a      = 0;
             while (a < n_real && pos + a < s.output.size() && tree.tokens[a] == s.output[pos + a]) ++a;
             const std::int32_t rows = 1 + n;
-            const double t = costs.predict_us(rows, n_past) + (rows != last_rows ? costs.rebuild_us : 0.0);
+            double t = mc.costs.predict_us(rows, n_past) + (rows != last_rows ? mc.costs.rebuild_us : 0.0) +
+                       (ran[(std::size_t) rows] ? 0.0 : mc.cold_us);
+            ran[(std::size_t) rows] = 1;
+            if (mc.jitter > 0) t *= std::exp(mc.jitter * gauss(rng) - 0.5 * mc.jitter * mc.jitter);  // mean 1
             o.changes += rows != last_rows && last_rows != 0;
             last_rows = rows;
-            const double t_draft = draft_a + draft_b * n_draft;
+            const double t_draft = mc.draft_a + mc.draft_b * n_draft;
             std::vector<std::int32_t> path(a);
             for (std::int32_t i = 0; i < a; ++i) path[i] = i;
             if (!tree.empty()) policy.observe_acceptance(tree, n_real, path);
@@ -124,19 +151,34 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
     return o;
 }
 
+// The first line of a cost-cache file, parsed; throws if it is not a cost table.
+cost_table read_costs(const std::string & path) {
+    std::ifstream in(path);
+    std::string   line;
+    std::getline(in, line);
+    cost_table t = cost_table::parse(line);
+    if (!t.valid()) throw std::runtime_error(path + ": not a cost table (expected a line \"rest-cost 4 ...\")");
+    return t;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
     rest_bench::generations_args args;
-    std::string                  costs_path, budgets_arg = "1,2,3,4,6,8", thresholds_arg;
+    std::string                  costs_path, true_costs_path, budgets_arg = "1,2,3,4,6,8", thresholds_arg;
     drafter_params               dp;
-    double                       draft_a = 3, draft_b = 0.4;
+    machine                      mc;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
         if (args.take(a, v)) continue;
         if (a == "--costs") costs_path = v;
         else if (a == "--budgets") budgets_arg = v;
         else if (a == "--thresholds") thresholds_arg = v;
+        else if (a == "--true-costs") true_costs_path = v;
+        else if (a == "--cold-us") mc.cold_us = std::stod(v);
+        else if (a == "--warm-rows") mc.warm_rows = std::stoi(v);
+        else if (a == "--jitter") mc.jitter = std::stod(v);
+        else if (a == "--seed") mc.seed = (unsigned) std::stoul(v);
         else if (a == "--chain-grow") dp.chain_grow = v != "0";
         else if (a == "--backoff-levels") dp.backoff_levels = std::stoi(v);
         else if (a == "--alpha") {  // datastore,context,history
@@ -158,8 +200,8 @@ int main(int argc, char ** argv) {
         }
         else if (a == "--draft-us") {
             const auto ab = rest_bench::split(v, ',');
-            draft_a       = std::stod(ab.at(0));
-            draft_b       = ab.size() > 1 ? std::stod(ab[1]) : 0.0;
+            mc.draft_a    = std::stod(ab.at(0));
+            mc.draft_b    = ab.size() > 1 ? std::stod(ab[1]) : 0.0;
         }
         else {
             std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -173,14 +215,8 @@ int main(int argc, char ** argv) {
     }
     try {
         llama_log_quiet();
-        std::ifstream cf(costs_path);
-        std::string   line;
-        std::getline(cf, line);
-        const cost_table costs = cost_table::parse(line);
-        if (!costs.valid()) {
-            std::fprintf(stderr, "error: %s: not a cost table (expected a line \"rest-cost 3 ...\")\n", costs_path.c_str());
-            return 1;
-        }
+        const cost_table costs = read_costs(costs_path);
+        mc.costs               = true_costs_path.empty() ? costs : read_costs(true_costs_path);
         const auto tok     = load_tokenizer(args.model);
         const auto ds      = datastore::open(args.index, tok->fingerprint(), tok->description());
         const auto samples = rest_bench::load_generations(*tok, args.prompts, args.field, args.generations);
@@ -188,10 +224,10 @@ int main(int argc, char ** argv) {
         double      t_plain = 0;  // one steady 1-row pass per token, at its context fill
         for (const auto & s : samples) {
             n_out += s.output.size();
-            for (std::size_t i = 0; i < s.output.size(); ++i) t_plain += costs.predict_us(1, (std::int32_t) (s.prompt.size() + i));
+            for (std::size_t i = 0; i < s.output.size(); ++i) t_plain += mc.costs.predict_us(1, (std::int32_t) (s.prompt.size() + i));
         }
         std::printf("%zu prompts, %zu tokens; t(1) %.1f us, rebuild %.1f us, drafting %.1f + %.2f us per node\n",
-                    samples.size(), n_out, costs.predict_us(1, 0), costs.rebuild_us, draft_a, draft_b);
+                    samples.size(), n_out, mc.costs.predict_us(1, 0), mc.costs.rebuild_us, mc.draft_a, mc.draft_b);
         std::printf("%-12s %8s %9s %9s %9s %8s %9s %9s\n", "policy", "M", "rows/step", "drafted", "draft_us", "speedup", "changes", "ms");
         auto report = [&](const std::string & name, const outcome & o) {
             const auto steps = (double) o.steps;
@@ -201,15 +237,16 @@ int main(int argc, char ** argv) {
         };
         budget_spec automatic;
         automatic.costs = costs;
-        report("auto", replay(samples, *ds, costs, *make_budget_policy(automatic), budget_cap(automatic), draft_a, draft_b, dp));
+        report("auto", replay(samples, *ds, mc, *make_budget_policy(automatic), budget_cap(automatic), dp));
         for (const std::string & b : rest_bench::split(budgets_arg, ',')) {
             budget_spec fixed;
             fixed.n_fixed = std::stoi(b);
-            report("fixed " + b, replay(samples, *ds, costs, *make_budget_policy(fixed), fixed.n_fixed, draft_a, draft_b, dp));
+            fixed.costs   = costs;
+            report("fixed " + b, replay(samples, *ds, mc, *make_budget_policy(fixed), fixed.n_fixed, dp));
         }
         for (const std::string & th : rest_bench::split(thresholds_arg, ',')) {
             whole_chain policy(32, std::stof(th));
-            report("score>=" + th, replay(samples, *ds, costs, policy, 32, draft_a, draft_b, dp));
+            report("score>=" + th, replay(samples, *ds, mc, policy, 32, dp));
         }
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
