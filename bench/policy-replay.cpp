@@ -7,10 +7,10 @@
 //                       [--alpha DS,CTX,HIST] [--match MIN,MAX]
 //                       [--true-costs FILE] [--jitter SIGMA] [--seed N] [--cold-us US] [--warm-rows N]
 //
-// Greedy decoding is lossless, so every policy emits the same tokens; only the steps differ. At each step the
-// drafter (all sources, the decoder's chain drafting) drafts from the context so far, the policy picks a budget
-// as in the decoder (padding included), the chain is accepted as far as it matches the recorded output, and the
-// step costs the cost table's steady time for its rows, plus its rebuild time when the rows differ from the last
+// Greedy decoding is lossless, so every policy emits the same tokens; only the steps differ. At each step where the
+// policy wants a draft (else the step is plain, without drafting), the drafter (all sources, the decoder's chain
+// drafting) drafts from the context so far, the policy picks a budget as in the decoder (padding included), the
+// chain is accepted as far as it matches the recorded output, and the step costs the cost table's steady time for its rows, plus its rebuild time when the rows differ from the last
 // step's, plus drafting: A + B x the nodes drafted (--draft-us A,B; the default is bench-draft-acceptance's
 // measurement on stories260K: 4.5 us for 4 nodes, 15.6 for 32). The policy is fed those times, so its online
 // correction stays at 1. Besides M it reports the mean verified rows per step (root + nodes, padding included: the
@@ -53,6 +53,7 @@ struct outcome {
     std::size_t rows = 0;     // verified rows (root + nodes, padding included), summed over steps
     std::size_t drafted = 0;  // chain nodes drafted, summed over steps
     double      draft_us = 0; // measured drafting time (the drafter's own clock), summed over steps
+    double      policy_us = 0; // measured time of the policy's choices, summed over steps
 };
 
 // Verifies every node the chain has (no padding): a chain then ends where the drafter's estimate falls below
@@ -104,15 +105,21 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
         last_rows          = 0;
         std::int32_t n_past = (std::int32_t) s.prompt.size();
         for (std::size_t pos = 0; pos < s.output.size();) {
-            // The decoder's chain drafting.
-            const std::int32_t want    = std::min(cap, policy.draft_nodes_hint());
-            const auto         t_d0    = std::chrono::steady_clock::now();
-            draft_tree         tree    = draft_chain(dr, cap, want, INT32_MAX, policy.chain_score_min());
-            o.draft_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_d0).count();
-            const std::int32_t n_draft = dp.chain_grow ? (std::int32_t) tree.size() : chain_tree_nodes(want, INT32_MAX);
-            const budget_query q{&tree, n_past, tree.empty() ? 0 : cap};
-            std::int32_t       n = 0;
-            policy.choose({&q, 1}, {&n, 1});
+            // The decoder's chain drafting, where the policy wants a draft (else a plain step, no drafting).
+            const bool   drafting = policy.want_draft(1, false);
+            draft_tree   tree;
+            std::int32_t n_draft = 0, n = 0;
+            if (drafting) {
+                const std::int32_t want = std::min(cap, policy.draft_nodes_hint());
+                const auto         t_d0 = std::chrono::steady_clock::now();
+                tree = draft_chain(dr, cap, want, INT32_MAX, policy.chain_score_min());
+                o.draft_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_d0).count();
+                n_draft = dp.chain_grow ? (std::int32_t) tree.size() : chain_tree_nodes(want, INT32_MAX);
+                const budget_query q{&tree, n_past, tree.empty() ? 0 : cap};
+                const auto         t_c0 = std::chrono::steady_clock::now();
+                policy.choose({&q, 1}, {&n, 1});
+                o.policy_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_c0).count();
+            }
             const std::int32_t n_real = std::min<std::int32_t>(n, (std::int32_t) tree.size());
             std::int32_t       a      = 0;
             while (a < n_real && pos + a < s.output.size() && tree.tokens[a] == s.output[pos + a]) ++a;
@@ -123,7 +130,7 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             if (mc.jitter > 0) t *= std::exp(mc.jitter * gauss(rng) - 0.5 * mc.jitter * mc.jitter);  // mean 1
             o.changes += rows != last_rows && last_rows != 0;
             last_rows = rows;
-            const double t_draft = mc.draft_a + mc.draft_b * n_draft;
+            const double t_draft = drafting ? mc.draft_a + mc.draft_b * n_draft : 0.0;
             std::vector<std::int32_t> path(a);
             for (std::int32_t i = 0; i < a; ++i) path[i] = i;
             if (!tree.empty()) policy.observe_acceptance(tree, n_real, path);
@@ -135,7 +142,7 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             rep.t_pass_us = t;
             rep.t_draft_us = t_draft;
             rep.n_tokens = (std::int64_t) step;
-            rep.drafted = true;
+            rep.drafted = drafting;
             policy.observe_step(rep);
             dr.accept(std::span<const token_id>(s.output.data() + pos, step));
             pos += step;
@@ -228,12 +235,13 @@ int main(int argc, char ** argv) {
         }
         std::printf("%zu prompts, %zu tokens; t(1) %.1f us, rebuild %.1f us, drafting %.1f + %.2f us per node\n",
                     samples.size(), n_out, mc.costs.predict_us(1, 0), mc.costs.rebuild_us, mc.draft_a, mc.draft_b);
-        std::printf("%-12s %8s %9s %9s %9s %8s %9s %9s\n", "policy", "M", "rows/step", "drafted", "draft_us", "speedup", "changes", "ms");
+        std::printf("%-12s %8s %9s %9s %9s %8s %9s %9s %9s\n", "policy", "M", "rows/step", "drafted", "draft_us", "speedup", "changes", "ms",
+                    "choose_us");
         auto report = [&](const std::string & name, const outcome & o) {
             const auto steps = (double) o.steps;
-            std::printf("%-12s %8.3f %9.2f %9.2f %9.2f %7.3fx %9zu %9.1f\n", name.c_str(), (double) o.tokens / steps,
+            std::printf("%-12s %8.3f %9.2f %9.2f %9.2f %7.3fx %9zu %9.1f %9.2f\n", name.c_str(), (double) o.tokens / steps,
                         (double) o.rows / steps, (double) o.drafted / steps, o.draft_us / steps, t_plain / o.t_us,
-                        o.changes, o.t_us / 1000);
+                        o.changes, o.t_us / 1000, o.policy_us / steps);
         };
         budget_spec automatic;
         automatic.costs = costs;
