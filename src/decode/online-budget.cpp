@@ -165,13 +165,83 @@ online_budget::cost_est & online_budget::est_for(std::int32_t n_rows, std::size_
 }
 
 double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal, std::int32_t threads) const {
-    const cost_est * e      = find_est(n_rows, n_equal);
-    const double     shared = shared_ratio(threads);
-    if (!e) return shared;
+    const cost_est * e     = find_est(n_rows, n_equal);
+    const bool       plain = n_rows <= (std::int32_t) std::max<std::size_t>(n_live_, 1);
+    // Where this shape has no fresh figure of its own: its neighbours' (one request's drafting shapes), else the
+    // ratio shared by all shapes on its thread count.
+    const double     fallback = n_equal == 1 && !plain ? neighbour_ratio(n_rows) : shared_ratio(threads);
+    if (!e) return fallback;
     // Plain's own estimate does not fade: the plain checks keep measuring it, and the shared ratio moves with the
     // drafting passes it is compared against.
-    if (n_rows <= (std::int32_t) std::max<std::size_t>(n_live_, 1)) return e->median;
-    return shared + (e->median - shared) * freshness(e->at);
+    if (plain) return e->median;
+    return fallback + (e->median - fallback) * freshness(e->at);
+}
+
+double online_budget::neighbour_ratio(std::int32_t n_rows) const {
+    // The start-up table errs by shape, not only by a common factor (on the H200 a table of flat costs; two start-up
+    // tables of one model here differ by 5-30% per shape), and the shared ratio follows the shapes the policy runs:
+    // sitting at a shape the table underpriced by 30%, every shape not measured lately looked 30% dearer too, and the
+    // policy stayed (bench-policy-replay, the H200's table with 12+ rows 30% dearer: 0.86-0.87 of the best fixed
+    // budget). So a shape without a fresh figure takes its measured neighbours' on the same thread count,
+    // interpolated linearly in rows (each faded by its own freshness), and the shared ratio only past them.
+    // Computed for every shape at once, once per step (the choice prices every row count).
+    if (interp_step_ != n_steps_ || interp_live_ != n_live_ || interp_.ratio.size() != single_.size() + 1) {
+        fill_neighbour_ratios();
+    }
+    const std::size_t r = std::min<std::size_t>((std::size_t) std::max(n_rows, 0), interp_.ratio.size() - 1);
+    return interp_.ratio[r] > 0 ? interp_.ratio[r] : shared_ratio(threads_of(n_rows, 1));
+}
+
+void online_budget::fill_neighbour_ratios() const {
+    interp_step_ = n_steps_;
+    interp_live_ = n_live_;
+    neighbours & w = interp_;  // reused: the hot path allocates nothing once its vectors have grown
+    const std::int32_t n     = (std::int32_t) single_.size();
+    const std::int32_t first = (std::int32_t) std::max<std::size_t>(n_live_, 1) + 1;  // drafting shapes only
+    w.ratio.assign((std::size_t) n + 1, 0.0);  // [n]: any shape past the last estimate; 0: none (the shared ratio)
+    w.threads.assign((std::size_t) n + 1, 0);
+    w.own.assign((std::size_t) n + 1, -1.0);
+    w.below.assign((std::size_t) n + 1, neighbours::seen{});
+    for (std::int32_t r = first; r <= n; ++r) {
+        w.threads[r] = threads_of(r, 1);
+        const double f = r < n && single_[r].n > 0 ? freshness(single_[r].at) : 0.0;
+        if (f > 0) {
+            const double shared = shared_ratio(w.threads[r]);
+            w.own[r]            = shared + (single_[r].median - shared) * f;
+        }
+    }
+    // Each thread count's nearest measured shape, as a sweep passes: a handful of thread counts.
+    auto note = [](std::vector<neighbours::seen> & last, const neighbours::seen & x) {
+        for (auto & y : last) {
+            if (y.threads == x.threads) {
+                y = x;
+                return;
+            }
+        }
+        last.push_back(x);
+    };
+    auto find = [](const std::vector<neighbours::seen> & last, std::int32_t t) -> const neighbours::seen * {
+        for (const auto & y : last) {
+            if (y.threads == t) return &y;
+        }
+        return nullptr;
+    };
+    w.last.clear();
+    for (std::int32_t r = first; r <= n; ++r) {
+        if (const auto * b = find(w.last, w.threads[r])) w.below[r] = *b;
+        if (w.own[r] >= 0) note(w.last, {w.threads[r], r, w.own[r]});
+    }
+    w.last.clear();
+    for (std::int32_t r = n; r >= first; --r) {
+        const auto * a  = find(w.last, w.threads[r]);
+        const auto & lo = w.below[r];
+        if (lo.rows > 0 && a) {
+            w.ratio[r] = lo.ratio + (a->ratio - lo.ratio) * (double) (r - lo.rows) / (double) (a->rows - lo.rows);
+        } else if (lo.rows > 0 || a) {
+            w.ratio[r] = lo.rows > 0 ? lo.ratio : a->ratio;
+        }
+        if (w.own[r] >= 0) note(w.last, {w.threads[r], r, w.own[r]});
+    }
 }
 
 double online_budget::freshness(std::int64_t at) const {
@@ -572,6 +642,7 @@ double online_budget::worth(double expected, double us) const {
 
 void online_budget::choose(std::span<const budget_query> qs, std::span<std::int32_t> n_out) {
     const size_t nq = qs.size();
+    exploring_      = false;
     std::fill(n_out.begin(), n_out.end(), 0);
     const batch & b = prepare(qs);
     if (b.lim_max == 0) return;
@@ -644,12 +715,14 @@ void online_budget::choose(std::span<const budget_query> qs, std::span<std::int3
         const double explore_us = drafting_step_us(rows_plain + 1, b.n_past, 1, seqs_plain);
         const auto [ex, k]      = exploration(qs, b, explore_us - plain_us);
         if (ex < nq) n_out[ex] = k;
+        exploring_ = ex < nq && k > 0;
     }
     note_choice(*std::max_element(n_out.begin(), n_out.end()));
 }
 
 std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
     const size_t nq = qs.size();
+    exploring_      = false;
     const batch & b  = prepare(qs);
     if (b.lim_max == 0) return 0;
     // Every chain length k costs 1 + min(k, cap) rows per request, whichever requests have drafts that long: the
@@ -674,6 +747,7 @@ std::int32_t online_budget::choose_equal(std::span<const budget_query> qs) {
     if (k_best == 0) {
         const double explore_us = drafting_step_us(2 * (std::int32_t) nq, b.n_past, nq, (std::int32_t) nq);
         k_best                  = exploration(qs, b, explore_us - plain_us).second;
+        exploring_              = k_best > 0;
     }
     note_choice(k_best);
     return k_best;
@@ -728,7 +802,10 @@ void online_budget::update_gain(const step_report & r, bool same) {
     // bound: 0.88x of plain in one-shot runs). After another shape it paid a rebuild too, which the pass's own time
     // measures (a learned estimate of it, charged instead, switched a TinyLlama-shaped model's paying trees off).
     // (The choice's own time is on neither side: it runs before the pass's clock starts.)
-    const bool   steady_plain = r.n_rows == (std::int32_t) r.n_requests && same;
+    // An exploring step is charged the same way: what its rows cost beyond plain's came out of the exploration
+    // budget, not from drafting as chosen (counted as a step whose loss is its own spread, one explored node among
+    // steps that verified nothing held drafting on, and unwound its back-off, for a hundred steps at a time).
+    const bool   steady_plain = (r.n_rows == (std::int32_t) r.n_requests && same) || exploring_;
     const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;
     // The spread of the loss (spent - plain), from the steps whose pass time it holds. A steady plain step's loss
@@ -754,15 +831,18 @@ void online_budget::update_gain(const step_report & r, bool same) {
         // probe again.
         m.off_left = std::min(params_.off_max, params_.off_min << std::min(m.n_off, 16));
         m.n_off    = std::min(m.n_off + 1, 16);
-    } else if (m.steps % params_.probe_steps == 0) {
+    } else if (m.steps % params_.probe_steps == 0 && m.t_spent <= m.t_plain) {
         // Paying: the back-off unwinds one level per probe's length of paying steps, so that one lucky probe
-        // where drafting is about even does not reset it (a flapping policy pays for every probe).
+        // where drafting is about even does not reset it (a flapping policy pays for every probe). Losing within
+        // the noise is no evidence that drafting pays: one verified node among drafted steps that verified
+        // nothing (its loss its own spread) held drafting on, and unwound, for a hundred steps at a time.
         m.n_off = std::max(0, m.n_off - 1);
     }
 }
 
 void online_budget::observe_step(const step_report & r) {
     ++n_steps_;
+    interp_step_ = -1;  // (the context's threads may change below)
     n_live_ = r.n_requests;
     if (r.n_threads_context > 0) context_threads_ = r.n_threads_context;
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
@@ -852,6 +932,7 @@ void online_budget::observe_step(const step_report & r) {
             const double w = std::max(params_.time_ema, 1.0 / (double) (++n + 2));
             rt             = (1 - w) * rt + w * std::clamp(steady / base, 0.5 * rt, 2.0 * rt);
         }
+        interp_step_ = -1;  // the neighbours' ratios read these estimates
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {

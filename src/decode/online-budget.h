@@ -5,9 +5,11 @@
 //  - acceptance: the chance a node is accepted once its parent is, per source and drafter-score bin (the drafter's
 //    own score is the prior, prior_weight pseudo-observations strong);
 //  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
-//    start-up table, which is only the prior; an estimate not re-measured fades back to the ratio shared by all
-//    shapes on its thread count, so one stale reading cannot keep a length switched off; what a change of shape
-//    adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned from the passes that changed;
+//    start-up table, which is only the prior; a shape never measured takes its measured neighbours' figures
+//    (interpolated in rows, on its thread count; where it has none, the ratio shared by all shapes on that thread
+//    count), and an estimate not re-measured fades to the same, so one stale reading cannot keep a length switched
+//    off; what a change of shape adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned
+//    from the passes that changed;
 //    and what a shape's first pass in the process costs over its second (cold_us()), which those passes do not set;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included, and the graph rebuild of the plain pass that ends a drafting run;
@@ -241,7 +243,11 @@ class online_budget final : public budget_policy {
     double priced_change_us(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t threads) const;
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
-    double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` not measured lately fade to
+    // What one request's drafting shape of n_rows without a fresh figure of its own is priced at: its measured
+    // neighbours' ratios on its thread count, interpolated (the shared ratio where it has none).
+    double neighbour_ratio(std::int32_t n_rows) const;
+    void   fill_neighbour_ratios() const;  // into interp_, for this step
+    double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` without measured neighbours fade to
     double slowdown(std::int32_t threads) const;      // mean over typical time of passes on `threads` now (>= 1)
     static constexpr std::int32_t k_threads_max = 1024;
     bin &  bin_of(float conditional_score, std::uint8_t sources);
@@ -291,6 +297,21 @@ class online_budget final : public budget_policy {
     std::vector<char>                           accepted_;
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
+    // neighbour_ratio()'s figures for every row count, filled once per step, and fill_neighbour_ratios()' scratch.
+    struct neighbours {
+        struct seen {
+            std::int32_t threads = 0, rows = 0;  // rows 0: none
+            double       ratio   = 0;
+        };
+        std::vector<double>       ratio;    // [rows]: the neighbours' ratio (0: none, the shared one)
+        std::vector<std::int32_t> threads;  // [rows]: threads_of() the shape
+        std::vector<double>       own;      // [rows]: the shape's own estimate, faded (< 0: none)
+        std::vector<seen>         below;    // [rows]: the nearest measured shape below on its thread count
+        std::vector<seen>         last;     // a sweep's nearest measured shape per thread count
+    };
+    mutable neighbours                          interp_;
+    mutable std::int64_t                        interp_step_ = -1; // the step and batch size it was filled for
+    mutable std::size_t                         interp_live_ = 0;
     cost_est                                    rebuild_;          // microseconds a change of shape added
     cost_est                                    cold_;             // a shape's first pass over its second
     std::vector<char>                           seen_;             // [rows]: one request's shapes this process ran
@@ -326,6 +347,7 @@ class online_budget final : public budget_policy {
     std::vector<double>                         values_;          // [rows]: a shape's learned value (tokens)
     std::int32_t                                value_top_ = 0;   // the shape of the highest value (0: none)
     double                                      explore_us_ = 0;  // exploration budget left (see explore_cost_frac)
+    bool                                        exploring_ = false;  // the last choice explored (see update_gain())
 };
 
 // Always verifies min(n, n_max) nodes, padding short drafts (none without a draft): the fixed budgets REST and most
