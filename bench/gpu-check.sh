@@ -114,8 +114,11 @@ build_cmd=(ninja -C "$build" -j "$jobs" rest-cli "${tests[@]}")
 # REST_TEST_NGL: the tests load their models with that many layers offloaded (tests/test-util.h).
 ctest_cmd=(env "REST_TEST_NGL=$ngl" ctest --test-dir "$build" -R "$test_regex" --output-on-failure -j 4 --timeout 900)
 bench_out=$out/bench
+# Every budget policy of the bench records its steps (src/decode/budget-trace.h): what the automatic budget saw on
+# this machine, to replay offline (bench-policy-replay --true-costs / --jitter / --cold-us).
 bench_cmd=(env "REST_BIN=$build/bin/rest" "REST_SHARED_DATA=$data" "REST_BENCH_NGL=$ngl" "REST_BENCH_QUICK=$quick"
-           "REST_BENCH_PARTS=$parts" "REST_BENCH_CACHE=$build/bench-cache" "$root/bench/run-standard.sh" "$bench_out")
+           "REST_BENCH_PARTS=$parts" "REST_BENCH_CACHE=$build/bench-cache" "REST_BUDGET_TRACE=$out/budget-trace.tsv"
+           "$root/bench/run-standard.sh" "$bench_out")
 
 if [ "$dry" = 1 ]; then
     q() { printf '%q ' "$@" | sed 's/ $//'; }

@@ -42,6 +42,7 @@ grep -q '^test: env REST_TEST_NGL=99 ctest .*-R .*test-decode-lossless' "$dir/ok
     || fail "no ctest line for the lossless tests, offloaded: $(grep '^test:' "$dir/ok.out")"
 if grep -q '^test: .*test-llama-dir-build' "$dir/ok.out"; then fail "ctest would run test-llama-dir-build"; fi
 grep -q '^bench: .*REST_BENCH_NGL=99 .*bench/run-standard.sh' "$dir/ok.out" || fail "no run-standard line with --ngl 99"
+grep -q '^bench: .*REST_BUDGET_TRACE=.*/budget-trace.tsv .*bench/run-standard.sh' "$dir/ok.out" || fail "the bench records no budget trace"
 grep -q 'npm_config_offline=true' "$dir/ok.out" || fail "npm is not told to stay offline"
 if grep -Eq '(^|[[:space:]/=])npm([[:space:]]|$)' "$dir/ok.out"; then fail "the dry run invokes npm: $(cat "$dir/ok.out")"; fi
 [ ! -e "$build" ] || fail "the dry run created $build"

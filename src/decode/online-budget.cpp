@@ -1,4 +1,5 @@
 #include "online-budget.h"
+#include "budget-trace.h"
 
 #include <algorithm>
 #include <bit>
@@ -1020,11 +1021,12 @@ std::int32_t budget_cap(const budget_spec & spec) {
 
 std::unique_ptr<budget_policy> make_budget_policy(const budget_spec & spec) {
     if (!spec.speculate || spec.n_fixed >= 0) {
-        return std::make_unique<fixed_budget>(budget_cap(spec), spec.costs);
+        return traced_if_asked(std::make_unique<fixed_budget>(budget_cap(spec), spec.costs),
+                               "fixed " + std::to_string(budget_cap(spec)));
     }
     online_budget_params p;
     p.n_max = budget_cap(spec);
-    return std::make_unique<online_budget>(spec.costs, p, spec.warm);
+    return traced_if_asked(std::make_unique<online_budget>(spec.costs, p, spec.warm), "auto");
 }
 
 }  // namespace rest
