@@ -5,7 +5,7 @@
 //                       [--field prompt] [--budgets 1,2,3,4,6,8] [--draft-us 3,0.4] [--thresholds 0.5,0.2,0.1]
 //                       [--chain-grow 0|1] [--backoff-levels N] [--backoff-confident N] [--sources dch]
 //                       [--alpha DS,CTX,HIST] [--match MIN,MAX]
-//                       [--true-costs FILE] [--jitter SIGMA] [--seed N] [--cold-us US] [--warm-rows N]
+//                       [--true-costs FILE] [--jitter SIGMA] [--seed N] [--cold-us US] [--warm-rows N] [--warm-told N]
 //
 // Greedy decoding is lossless, so every policy emits the same tokens; only the steps differ. At each step where the
 // policy wants a draft (else the step is plain, without drafting), the drafter (all sources, the decoder's chain
@@ -24,7 +24,8 @@
 // table than the policy's prior (two start-up measurements of one model differ by 5-30% per shape); --jitter
 // multiplies each pass's time by a lognormal of mean 1 (--seed); --cold-us charges a shape's first pass in the
 // process that much more (each policy runs as one process over all prompts), except shapes of up to --warm-rows
-// rows, which the decoder's warm-up ran (rest bench's warm-up marks them seen too). Fixed budgets pay the same.
+// rows, which the decoder's warm-up ran (rest bench's warm-up marks them seen too; --warm-told: the policy is told
+// another count, as where one large pass does not warm every smaller shape). Fixed budgets pay the same.
 #include "generations.h"
 #include "rest/budget.h"
 #include "rest/datastore.h"
@@ -83,6 +84,7 @@ struct machine {
     double       draft_a = 3, draft_b = 0.4;  // drafting: A + B x nodes drafted, microseconds
     double       cold_us = 0;        // a shape's first pass in the process costs this much more ...
     std::int32_t warm_rows = 0;      // ... but for shapes of up to these rows (the decoder's warm-up ran them)
+    std::int32_t warm_told = -1;     // the rows the policy is told the warm-up warmed (-1: warm_rows)
     double       jitter = 0;         // each pass's time times a mean-1 lognormal of this sigma
     unsigned     seed = 1;           // of the jitter
 };
@@ -95,7 +97,7 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
     std::normal_distribution<double> gauss(0.0, 1.0);
     std::vector<char> ran((std::size_t) cap + 2, 0);  // [rows]: a pass of that shape ran in this process
     for (std::int32_t r = 1; r <= std::min(mc.warm_rows, cap + 1); ++r) ran[(std::size_t) r] = 1;
-    policy.observe_warm_up(mc.warm_rows);
+    policy.observe_warm_up(mc.warm_told >= 0 ? mc.warm_told : mc.warm_rows);
     drafter       dr(&ds, &hist, dp);
     outcome       o;
     std::int32_t  last_rows = 0;
@@ -184,6 +186,7 @@ int main(int argc, char ** argv) {
         else if (a == "--true-costs") true_costs_path = v;
         else if (a == "--cold-us") mc.cold_us = std::stod(v);
         else if (a == "--warm-rows") mc.warm_rows = std::stoi(v);
+        else if (a == "--warm-told") mc.warm_told = std::stoi(v);
         else if (a == "--jitter") mc.jitter = std::stod(v);
         else if (a == "--seed") mc.seed = (unsigned) std::stoul(v);
         else if (a == "--chain-grow") dp.chain_grow = v != "0";
