@@ -660,6 +660,9 @@ TEST(budget_trace, records_every_observed_step_and_decides_as_the_policy_it_wrap
     spec.costs = k_cpu;
     ::setenv("REST_BUDGET_TRACE", path.c_str(), 1);
     auto traced = make_budget_policy(spec);
+    budget_spec fixed_spec;
+    fixed_spec.n_fixed = 2;
+    auto other  = make_budget_policy(fixed_spec);  // a second policy writing to the same file meanwhile
     ::unsetenv("REST_BUDGET_TRACE");
     auto plain = make_budget_policy(spec);
     ASSERT_EQ(dynamic_cast<online_budget *>(traced.get()), nullptr) << "wrapped";
@@ -678,18 +681,27 @@ TEST(budget_trace, records_every_observed_step_and_decides_as_the_policy_it_wrap
         const step_report r = step_of(1 + a, 100.0 + 30 * a + k % 3, 2.0, 1 + a / 2, true);
         traced->observe_step(r);
         plain->observe_step(r);
+        for (int j = 0; j < 30; ++j) other->observe_step(r);  // lines of its own, long enough to fill buffers
     }
     EXPECT_EQ(traced->draft_nodes_hint(), plain->draft_nodes_hint());
     EXPECT_EQ(traced->export_state().acceptance.size(), plain->export_state().acceptance.size());
     traced.reset();  // closes the file
+    other.reset();
     std::FILE * f = std::fopen(path.c_str(), "r");
     ASSERT_NE(f, nullptr);
     char line[512];
-    int  steps = 0, other = 0, warm = 0;
+    int  steps = 0, others = 0, warm = 0, fixed_lines = 0;
     while (std::fgets(line, sizeof line, f)) {
         const std::string s(line);
+        if (s.rfind("fixed 2#", 0) == 0) {
+            int tab = 0;
+            for (char c : s) tab += c == '\t';
+            EXPECT_EQ(tab, 12) << "a whole line: " << s;
+            ++fixed_lines;
+            continue;
+        }
         ASSERT_EQ(s.rfind("auto#", 0), 0u) << s;
-        if (s.find("\tother") != std::string::npos) ++other;
+        if (s.find("\tother") != std::string::npos) ++others;
         else if (s.find("\twarm-up\t4") != std::string::npos) ++warm;
         else {
             ++steps;
@@ -701,8 +713,9 @@ TEST(budget_trace, records_every_observed_step_and_decides_as_the_policy_it_wrap
     }
     std::fclose(f);
     EXPECT_EQ(steps, 40);
-    EXPECT_EQ(other, 1);
+    EXPECT_EQ(others, 1);
     EXPECT_EQ(warm, 1);
+    EXPECT_EQ(fixed_lines, 40 * 30);
     std::remove(path.c_str());
 
     ::setenv("REST_BUDGET_TRACE", "/nonexistent-dir/trace.tsv", 1);

@@ -66,6 +66,9 @@ std::unique_ptr<budget_policy> traced_if_asked(std::unique_ptr<budget_policy> in
         std::fprintf(stderr, "rest: warning: REST_BUDGET_TRACE=%s cannot be opened for appending; no budget trace\n", path);
         return inner;
     }
+    // Whole lines, each one write() to a file opened for appending: the policies of a bench (or a server's) write
+    // to one file at once, and fully buffered streams interleaved their 4 KB blocks mid-line.
+    std::setvbuf(out, nullptr, _IOLBF, 1024);
     static std::atomic<int> instances{0};
     return std::make_unique<traced_budget>(std::move(inner), out, name + "#" + std::to_string(++instances));
 }
