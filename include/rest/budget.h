@@ -92,8 +92,8 @@ class budget_policy {
     // more for a policy that needs room to grow (a chain gets its room from draft_chain()'s larger tree).
     virtual std::int32_t tree_draft_nodes() const { return draft_nodes_hint(); }
     // The lowest drafter score (estimated path probability) a chain node may have for this policy to verify it: a
-    // chain grown token by token (draft_provider::draft_chain) stops before it, its first node apart (whether to
-    // verify that one is choose()'s call). 0: grow to the length asked.
+    // chain grown token by token (draft_provider::draft_chain) stops before it, its first draft_nodes_hint() nodes
+    // apart (whether to verify those is choose()'s call). 0: grow to the length asked.
     virtual float chain_score_min() const { return 0.0f; }
     // For each query, n_out[i] in [0, n_max]: verify the first n_out[i] nodes of the tree (0: plain decoding), the
     // ones past its size being padding.

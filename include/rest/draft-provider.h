@@ -27,8 +27,8 @@ class draft_provider {
     // Best-first tree of at most n_budget nodes continuing the context (every prefix is a valid tree).
     virtual draft_tree draft(int n_budget) = 0;
     // A chain (node i the child of node i-1) of at most min(cap, room) nodes that a verifier taking one chain per
-    // request checks; the policy will likely verify up to `want` of them, and no node after the first whose score
-    // (estimated path probability) is below score_min. Scores are non-increasing, so every prefix is a valid draft. Below: the default.
+    // request checks; the policy will likely verify up to `want` of them, and no node after the first `want` whose
+    // score (estimated path probability) is below score_min. Scores are non-increasing, so every prefix is a valid draft. Below: the default.
     virtual draft_tree draft_chain(std::int32_t cap, std::int32_t want, std::int32_t room, float score_min);
     // Ends the request.
     virtual void finish() {}

@@ -115,7 +115,7 @@ class drafter final : public draft_provider {
     // specific evidence on an unrelated datastore (HumanEval with the standard library), the datastore on one that
     // holds near-copies of what is written. Candidates: each source's most frequent continuation (every back-off
     // level's). A node's score is the product of the estimates along the chain. It stops before a node scored
-    // below score_min (the first node is kept), where no source continues, or at min(cap, room, 2 * want) nodes. With
+    // below score_min (the first `want` are kept), where no source continues, or at min(cap, room, 2 * want) nodes. With
     // chain_grow off: the default (the best path of a tree).
     // With a prediction, the best path of a tree; where that path follows the prediction, it goes on along it to
     // min(cap, room, n_budget_max, k_chain_nodes_max) nodes (extend_along_prediction()).
