@@ -5,11 +5,8 @@
 #include <array>
 #include <functional>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <random>
-#include <string>
 
 using namespace rest;
 using namespace rest_test;
@@ -649,77 +646,4 @@ TEST(online_budget, tree_leaves_are_part_of_the_shape_and_priced_from_measured_p
     siblings.add(101, -1, 0.5f, 1);
     b.observe_step(pass(2, 1, 110));
     EXPECT_EQ(choose_one(b, siblings), 1);
-}
-
-// REST_BUDGET_TRACE=FILE: every policy the factory builds appends each step it observes to FILE, and decides exactly
-// as the policy it wraps; without it (or where the file cannot be opened) the factory's policy is the policy itself.
-TEST(budget_trace, records_every_observed_step_and_decides_as_the_policy_it_wraps) {
-    const std::string path = ::testing::TempDir() + "rest-budget-trace.tsv";
-    std::remove(path.c_str());
-    budget_spec spec;
-    spec.costs = k_cpu;
-    ::setenv("REST_BUDGET_TRACE", path.c_str(), 1);
-    auto traced = make_budget_policy(spec);
-    budget_spec fixed_spec;
-    fixed_spec.n_fixed = 2;
-    auto other  = make_budget_policy(fixed_spec);  // a second policy writing to the same file meanwhile
-    ::unsetenv("REST_BUDGET_TRACE");
-    auto plain = make_budget_policy(spec);
-    ASSERT_EQ(dynamic_cast<online_budget *>(traced.get()), nullptr) << "wrapped";
-    ASSERT_NE(dynamic_cast<online_budget *>(plain.get()), nullptr) << "the policy itself";
-    traced->observe_warm_up(4);
-    plain->observe_warm_up(4);
-    traced->observe_other_pass();
-    plain->observe_other_pass();
-    const draft_tree t = chain(6, 0.8f);
-    for (int k = 0; k < 40; ++k) {
-        const budget_query q{&t, 10 + k, 6};
-        std::int32_t       a = -1, b = -1;
-        traced->choose({&q, 1}, {&a, 1});
-        plain->choose({&q, 1}, {&b, 1});
-        ASSERT_EQ(a, b) << "step " << k;
-        const step_report r = step_of(1 + a, 100.0 + 30 * a + k % 3, 2.0, 1 + a / 2, true);
-        traced->observe_step(r);
-        plain->observe_step(r);
-        for (int j = 0; j < 30; ++j) other->observe_step(r);  // lines of its own, long enough to fill buffers
-    }
-    EXPECT_EQ(traced->draft_nodes_hint(), plain->draft_nodes_hint());
-    EXPECT_EQ(traced->export_state().acceptance.size(), plain->export_state().acceptance.size());
-    traced.reset();  // closes the file
-    other.reset();
-    std::FILE * f = std::fopen(path.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char line[512];
-    int  steps = 0, others = 0, warm = 0, fixed_lines = 0;
-    while (std::fgets(line, sizeof line, f)) {
-        const std::string s(line);
-        if (s.rfind("fixed 2#", 0) == 0) {
-            int tab = 0;
-            for (char c : s) tab += c == '\t';
-            EXPECT_EQ(tab, 12) << "a whole line: " << s;
-            ++fixed_lines;
-            continue;
-        }
-        ASSERT_EQ(s.rfind("auto#", 0), 0u) << s;
-        if (s.find("\tother") != std::string::npos) ++others;
-        else if (s.find("\twarm-up\t4") != std::string::npos) ++warm;
-        else {
-            ++steps;
-            int tab = 0;
-            for (char c : s) tab += c == '\t';
-            EXPECT_EQ(tab, 12) << s;
-            EXPECT_NE(s.find("\t" + std::to_string(steps) + "\t"), std::string::npos) << "numbered: " << s;
-        }
-    }
-    std::fclose(f);
-    EXPECT_EQ(steps, 40);
-    EXPECT_EQ(others, 1);
-    EXPECT_EQ(warm, 1);
-    EXPECT_EQ(fixed_lines, 40 * 30);
-    std::remove(path.c_str());
-
-    ::setenv("REST_BUDGET_TRACE", "/nonexistent-dir/trace.tsv", 1);
-    auto fallback = make_budget_policy(spec);
-    ::unsetenv("REST_BUDGET_TRACE");
-    EXPECT_NE(dynamic_cast<online_budget *>(fallback.get()), nullptr) << "a file that cannot be opened: no trace";
 }

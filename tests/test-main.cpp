@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 int main(int argc, char ** argv) {
+    // Tests look inside the policies make_budget_policy() builds; a REST_BUDGET_TRACE exported by whoever runs them
+    // would wrap those policies in a recorder (src/decode/budget-trace.h). Tests that want one set it themselves.
+    ::unsetenv("REST_BUDGET_TRACE");
     ::testing::InitGoogleTest(&argc, argv);
     const int rc = RUN_ALL_TESTS();
     const auto * u = ::testing::UnitTest::GetInstance();

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <unistd.h>
+
 namespace rest {
 
 namespace {
@@ -69,8 +71,10 @@ std::unique_ptr<budget_policy> traced_if_asked(std::unique_ptr<budget_policy> in
     // Whole lines, each one write() to a file opened for appending: the policies of a bench (or a server's) write
     // to one file at once, and fully buffered streams interleaved their 4 KB blocks mid-line.
     std::setvbuf(out, nullptr, _IOLBF, 1024);
+    // Named by process and instance: a bench's policies, and every process of a run, can share one file.
     static std::atomic<int> instances{0};
-    return std::make_unique<traced_budget>(std::move(inner), out, name + "#" + std::to_string(++instances));
+    return std::make_unique<traced_budget>(std::move(inner), out,
+                                           name + "#" + std::to_string(::getpid()) + "." + std::to_string(++instances));
 }
 
 }  // namespace rest

@@ -4,7 +4,7 @@
 //
 //   policy  step  rows  requests  n_equal  seqs  threads  n_past  t_pass_us  t_draft_us  tokens  drafted  predicted
 //
-// policy names the policy and its instance in the process ("auto#1", "fixed 8#2"); a pass the policy did not choose
+// policy names the policy, the process and its instance there ("auto#4242.1", "fixed 8#4242.2"); a pass the policy did not choose
 // (prompt processing) is a line "policy other", a warm-up "policy warm-up ROWS". Per shape, the pass times say what
 // bench-policy-replay's --true-costs, --jitter and --cold-us should be to replay that machine. Off (the default), the
 // factory returns the policy itself: nothing is paid.

@@ -9,12 +9,6 @@ namespace rest {
 
 namespace {
 
-// The entry of a per-thread-count vector, grown with `init` to hold it.
-template <class T> T & per_threads(std::vector<T> & v, std::int32_t threads, const T & init) {
-    if ((std::size_t) threads >= v.size()) v.resize((std::size_t) threads + 1, init);
-    return v[(std::size_t) threads];
-}
-
 // An EMA that one observation moves by at most a factor of 2 either way (a preempted step cannot swing it).
 double clamped_ema(double x, double obs, double a) {
     return (1 - a) * x + a * std::clamp(obs, 0.5 * x, 2.0 * x);
@@ -175,74 +169,11 @@ double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal, std::in
     // Plain's own estimate does not fade: the plain checks keep measuring it, and the shared ratio moves with the
     // drafting passes it is compared against.
     if (plain) return e->median;
-    return fallback + (e->median - fallback) * freshness(e->at);
+    return faded(*e, fallback);
 }
 
-double online_budget::neighbour_ratio(std::int32_t n_rows) const {
-    // The start-up table errs by shape, not only by a common factor (on the H200 a table of flat costs; two start-up
-    // tables of one model here differ by 5-30% per shape), and the shared ratio follows the shapes the policy runs:
-    // sitting at a shape the table underpriced by 30%, every shape not measured lately looked 30% dearer too, and the
-    // policy stayed (bench-policy-replay, the H200's table with 12+ rows 30% dearer: 0.86-0.87 of the best fixed
-    // budget). So a shape without a fresh figure takes its measured neighbours' on the same thread count,
-    // interpolated linearly in rows (each faded by its own freshness), and the shared ratio only past them.
-    // Computed for every shape at once, once per step (the choice prices every row count).
-    if (interp_step_ != n_steps_ || interp_live_ != n_live_ || interp_.ratio.size() != single_.size() + 1) {
-        fill_neighbour_ratios();
-    }
-    const std::size_t r = std::min<std::size_t>((std::size_t) std::max(n_rows, 0), interp_.ratio.size() - 1);
-    return interp_.ratio[r] > 0 ? interp_.ratio[r] : shared_ratio(threads_of(n_rows, 1));
-}
-
-void online_budget::fill_neighbour_ratios() const {
-    interp_step_ = n_steps_;
-    interp_live_ = n_live_;
-    neighbours & w = interp_;  // reused: the hot path allocates nothing once its vectors have grown
-    const std::int32_t n     = (std::int32_t) single_.size();
-    const std::int32_t first = (std::int32_t) std::max<std::size_t>(n_live_, 1) + 1;  // drafting shapes only
-    w.ratio.assign((std::size_t) n + 1, 0.0);  // [n]: any shape past the last estimate; 0: none (the shared ratio)
-    w.threads.assign((std::size_t) n + 1, 0);
-    w.own.assign((std::size_t) n + 1, -1.0);
-    w.below.assign((std::size_t) n + 1, neighbours::seen{});
-    for (std::int32_t r = first; r <= n; ++r) {
-        w.threads[r] = threads_of(r, 1);
-        const double f = r < n && single_[r].n > 0 ? freshness(single_[r].at) : 0.0;
-        if (f > 0) {
-            const double shared = shared_ratio(w.threads[r]);
-            w.own[r]            = shared + (single_[r].median - shared) * f;
-        }
-    }
-    // Each thread count's nearest measured shape, as a sweep passes: a handful of thread counts.
-    auto note = [](std::vector<neighbours::seen> & last, const neighbours::seen & x) {
-        for (auto & y : last) {
-            if (y.threads == x.threads) {
-                y = x;
-                return;
-            }
-        }
-        last.push_back(x);
-    };
-    auto find = [](const std::vector<neighbours::seen> & last, std::int32_t t) -> const neighbours::seen * {
-        for (const auto & y : last) {
-            if (y.threads == t) return &y;
-        }
-        return nullptr;
-    };
-    w.last.clear();
-    for (std::int32_t r = first; r <= n; ++r) {
-        if (const auto * b = find(w.last, w.threads[r])) w.below[r] = *b;
-        if (w.own[r] >= 0) note(w.last, {w.threads[r], r, w.own[r]});
-    }
-    w.last.clear();
-    for (std::int32_t r = n; r >= first; --r) {
-        const auto * a  = find(w.last, w.threads[r]);
-        const auto & lo = w.below[r];
-        if (lo.rows > 0 && a) {
-            w.ratio[r] = lo.ratio + (a->ratio - lo.ratio) * (double) (r - lo.rows) / (double) (a->rows - lo.rows);
-        } else if (lo.rows > 0 || a) {
-            w.ratio[r] = lo.rows > 0 ? lo.ratio : a->ratio;
-        }
-        if (w.own[r] >= 0) note(w.last, {w.threads[r], r, w.own[r]});
-    }
+double online_budget::faded(const cost_est & e, double toward) const {
+    return toward + (e.median - toward) * freshness(e.at);
 }
 
 double online_budget::freshness(std::int64_t at) const {
@@ -778,7 +709,7 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
     }
 }
 
-void online_budget::update_gain(const step_report & r, bool same) {
+void online_budget::update_gain(const step_report & r, bool same, bool explored) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
     // per request. Like with like, both sides are means of measured steps (but see steady_plain below; plain steps
@@ -806,7 +737,7 @@ void online_budget::update_gain(const step_report & r, bool same) {
     // An exploring step is charged the same way: what its rows cost beyond plain's came out of the exploration
     // budget, not from drafting as chosen (counted as a step whose loss is its own spread, one explored node among
     // steps that verified nothing held drafting on, and unwound its back-off, for a hundred steps at a time).
-    const bool   steady_plain = (r.n_rows == (std::int32_t) r.n_requests && same) || exploring_;
+    const bool   steady_plain = (r.n_rows == (std::int32_t) r.n_requests && same) || explored;
     const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;
     // The spread of the loss (spent - plain), from the steps whose pass time it holds. A steady plain step's loss
@@ -844,6 +775,8 @@ void online_budget::update_gain(const step_report & r, bool same) {
 void online_budget::observe_step(const step_report & r) {
     ++n_steps_;
     interp_step_ = -1;  // (the context's threads may change below)
+    const bool explored = exploring_;  // the choice of this step explored (choose() sets it)
+    exploring_          = false;
     n_live_ = r.n_requests;
     if (r.n_threads_context > 0) context_threads_ = r.n_threads_context;
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
@@ -969,7 +902,7 @@ void online_budget::observe_step(const step_report & r) {
         t_draft_node_us_ = t_draft_node_us_ == 0 ? per : 0.9 * t_draft_node_us_ + 0.1 * per;
     }
     // Not in the warm-up either: plain's side of the gain leaves those passes out, so drafting's must too.
-    if (r.drafted && r.n_requests > 0 && !warm_up) update_gain(r, same);
+    if (r.drafted && r.n_requests > 0 && !warm_up) update_gain(r, same, explored);
 }
 
 budget_state online_budget::export_state() const {

@@ -5,11 +5,11 @@
 //  - acceptance: the chance a node is accepted once its parent is, per source and drafter-score bin (the drafter's
 //    own score is the prior, prior_weight pseudo-observations strong);
 //  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
-//    start-up table, which is only the prior; a shape never measured takes its measured neighbours' figures
-//    (interpolated in rows, on its thread count; where it has none, the ratio shared by all shapes on that thread
-//    count), and an estimate not re-measured fades to the same, so one stale reading cannot keep a length switched
-//    off; what a change of shape adds (llama.cpp rebuilds its graph; apart, a change of thread count too), learned
-//    from the passes that changed;
+//    start-up table, which is only the prior; one request's drafting shape never measured takes its measured
+//    neighbours' figures (interpolated in rows, on its thread count; where it has none, and for other shapes, the
+//    ratio shared by all shapes on that thread count), and an estimate not re-measured fades to the same, so one
+//    stale reading cannot keep a length switched off; what a change of shape adds (llama.cpp rebuilds its graph;
+//    apart, a change of thread count too), learned from the passes that changed;
 //    and what a shape's first pass in the process costs over its second (cold_us()), which those passes do not set;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included, and the graph rebuild of the plain pass that ends a drafting run;
@@ -34,6 +34,12 @@
 #include <vector>
 
 namespace rest {
+
+// The entry of a per-thread-count vector, grown with `init` to hold it.
+template <class T> T & per_threads(std::vector<T> & v, std::int32_t threads, const T & init) {
+    if ((std::size_t) threads >= v.size()) v.resize((std::size_t) threads + 1, init);
+    return v[(std::size_t) threads];
+}
 
 struct online_budget_params {
     std::int32_t n_max = 64;            // hard cap on nodes per request
@@ -206,6 +212,7 @@ class online_budget final : public budget_policy {
     double ratio_of(std::int32_t n_rows, std::size_t n_equal) const {
         return ratio_of(n_rows, n_equal, threads_of(n_rows, n_equal));
     }
+    double faded(const cost_est & e, double toward) const;  // e's median, faded toward `toward` by its freshness
     double freshness(std::int64_t at) const;  // weight of a figure last measured at step `at` (1 now, 0 when stale)
     // predict_us() for a pass on `threads` (threads_of() of the shape, which a caller that needs it too passes in).
     double predict_on(std::int32_t n_rows, std::int32_t n_past, std::size_t n_equal, std::int32_t n_seqs,
@@ -244,9 +251,10 @@ class online_budget final : public budget_policy {
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     // What one request's drafting shape of n_rows without a fresh figure of its own is priced at: its measured
-    // neighbours' ratios on its thread count, interpolated (the shared ratio where it has none).
+    // neighbours' ratios on its thread count, interpolated (the shared ratio where it has none). In
+    // online-budget-neighbours.cpp.
     double neighbour_ratio(std::int32_t n_rows) const;
-    void   fill_neighbour_ratios() const;  // into interp_, for this step
+    void   fill_neighbour_ratios() const;  // into interp_, when the estimates or the step changed
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` without measured neighbours fade to
     double slowdown(std::int32_t threads) const;      // mean over typical time of passes on `threads` now (>= 1)
     static constexpr std::int32_t k_threads_max = 1024;
@@ -286,7 +294,8 @@ class online_budget final : public budget_policy {
     double worth(double expected, double us) const;  // what choose() maximises: a step's tokens net of its time
     std::int32_t recent_choice() const;
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
-    void  update_gain(const step_report & r, bool same);  // same: the pass had the last pass's shape
+    // same: the pass had the last pass's shape; explored: its choice explored (exploration(), charged to its budget).
+    void  update_gain(const step_report & r, bool same, bool explored);
 
     cost_table                                  table_;
     online_budget_params                        params_;
@@ -307,10 +316,11 @@ class online_budget final : public budget_policy {
         std::vector<std::int32_t> threads;  // [rows]: threads_of() the shape
         std::vector<double>       own;      // [rows]: the shape's own estimate, faded (< 0: none)
         std::vector<seen>         below;    // [rows]: the nearest measured shape below on its thread count
-        std::vector<seen>         last;     // a sweep's nearest measured shape per thread count
+        std::vector<seen>         last;     // [threads]: a sweep's nearest measured shape on them
+        std::vector<seen>         top;      // [threads]: the largest measured shape on them (for rows past ratio's end)
     };
     mutable neighbours                          interp_;
-    mutable std::int64_t                        interp_step_ = -1; // the step and batch size it was filled for
+    mutable std::int64_t                        interp_step_ = -1; // the step (-1: stale) and batch size it was filled for
     mutable std::size_t                         interp_live_ = 0;
     cost_est                                    rebuild_;          // microseconds a change of shape added
     cost_est                                    cold_;             // a shape's first pass over its second
