@@ -58,7 +58,8 @@ struct outcome {
 };
 
 // Verifies every node the chain has (no padding): a chain then ends where the drafter's estimate falls below
-// score_min, as llama.cpp's n-gram drafters end theirs where their statistics stop being confident.
+// score_min, as llama.cpp's n-gram drafters end theirs where their statistics stop being confident. The drafter
+// keeps the nodes a policy may take whatever their scores, so replay() cuts these chains itself (cut_at_score).
 class whole_chain final : public budget_policy {
   public:
     whole_chain(std::int32_t n_max, float score_min) : n_max_(n_max), score_min_(score_min) {}
@@ -91,7 +92,7 @@ struct machine {
 
 // Replays every generation under `policy`, whose verified chains are at most cap nodes.
 outcome replay(const std::vector<rest_bench::generation> & samples, const datastore & ds, const machine & mc,
-               budget_policy & policy, std::int32_t cap, const drafter_params & dp) {
+               budget_policy & policy, std::int32_t cap, const drafter_params & dp, bool cut_at_score = false) {
     history_store hist{};
     std::mt19937  rng(mc.seed);
     std::normal_distribution<double> gauss(0.0, 1.0);
@@ -112,11 +113,20 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
             draft_tree   tree;
             std::int32_t n_draft = 0, n = 0;
             if (drafting) {
-                const std::int32_t want = std::min(cap, policy.draft_nodes_hint());
-                const auto         t_d0 = std::chrono::steady_clock::now();
-                tree = draft_chain(dr, cap, want, INT32_MAX, policy.chain_score_min());
+                const auto         t_p0      = std::chrono::steady_clock::now();
+                const std::int32_t want      = std::min(cap, policy.draft_nodes_hint());
+                const float        score_min = policy.chain_score_min();
+                o.policy_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_p0).count();
+                const auto t_d0 = std::chrono::steady_clock::now();
+                tree            = draft_chain(dr, cap, want, INT32_MAX, score_min);
                 o.draft_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_d0).count();
                 n_draft = dp.chain_grow ? (std::int32_t) tree.size() : chain_tree_nodes(want, INT32_MAX);
+                if (cut_at_score) {  // a drafter that stops there: the nodes up to the first below it
+                    std::size_t keep = tree.empty() ? 0 : 1;
+                    while (keep < tree.size() && tree.scores[keep] >= score_min) ++keep;
+                    n_draft = std::min<std::int32_t>(n_draft, (std::int32_t) keep + 1);
+                    tree.truncate(keep);
+                }
                 const budget_query q{&tree, n_past, tree.empty() ? 0 : cap};
                 const auto         t_c0 = std::chrono::steady_clock::now();
                 policy.choose({&q, 1}, {&n, 1});
@@ -220,7 +230,9 @@ int main(int argc, char ** argv) {
     }
     if (!args.complete() || costs_path.empty()) {
         std::fprintf(stderr, "usage: %s -m MODEL --index IDX --prompts B.jsonl --generations GEN.jsonl --costs FILE "
-                             "[--field prompt] [--budgets 1,2,4] [--draft-us A,B]\n", argv[0]);
+                             "[--field prompt] [--budgets 1,2,4] [--draft-us A,B] [--thresholds S,...] [--true-costs FILE] "
+                             "[--jitter SIGMA] [--seed N] [--cold-us US] [--warm-rows N] [--warm-told N] (more: see the "
+                             "source's head)\n", argv[0]);
         return 1;
     }
     try {
@@ -231,7 +243,8 @@ int main(int argc, char ** argv) {
         const auto ds      = datastore::open(args.index, tok->fingerprint(), tok->description());
         const auto samples = rest_bench::load_generations(*tok, args.prompts, args.field, args.generations);
         std::size_t n_out   = 0;
-        double      t_plain = 0;  // one steady 1-row pass per token, at its context fill
+        double      t_plain = 0;  // one steady 1-row pass per token, at its context fill (jitter's mean is 1; the
+                                  // one cold pass of plain's shape is left out)
         for (const auto & s : samples) {
             n_out += s.output.size();
             for (std::size_t i = 0; i < s.output.size(); ++i) t_plain += mc.costs.predict_us(1, (std::int32_t) (s.prompt.size() + i));
@@ -257,7 +270,7 @@ int main(int argc, char ** argv) {
         }
         for (const std::string & th : rest_bench::split(thresholds_arg, ',')) {
             whole_chain policy(32, std::stof(th));
-            report("score>=" + th, replay(samples, *ds, mc, policy, 32, dp));
+            report("score>=" + th, replay(samples, *ds, mc, policy, 32, dp, true));
         }
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
