@@ -8,3 +8,8 @@ set_tests_properties(test-gpu-check-dry-run PROPERTIES LABELS "cli" TIMEOUT 60)
 add_test(NAME test-gpu-bundle-roundtrip COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu-bundle-roundtrip.sh
          ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/test-tmp)
 set_tests_properties(test-gpu-bundle-roundtrip PROPERTIES LABELS "cli" TIMEOUT 60)
+# bench/trace-costs.py (a budget trace from a GPU run turned into bench-policy-replay's --true-costs, jitter and cold
+# pass) on synthetic traces of a known machine.
+add_test(NAME test-trace-costs COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace-costs.sh ${PROJECT_SOURCE_DIR}
+         ${CMAKE_BINARY_DIR}/test-tmp)
+set_tests_properties(test-trace-costs PROPERTIES LABELS "cli" TIMEOUT 60)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/trace-costs.py on synthetic budget traces whose machine is known: plain 100 us, 5 rows 300 us, 9 rows 450 us
+# on one thread, a change of shape +50 us, each shape's first pass in a process +1000 us more, lines of another
+# policy interleaved. The table, the rebuild and the cold pass must come back; a trace without plain passes is a
+# one-line error and exit 2; so is a missing file.
+# Usage: trace-costs.sh SOURCE_DIR TMP_DIR
+set -euo pipefail
+src=$1
+dir=$2/trace-costs
+rm -rf "$dir" && mkdir -p "$dir"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 - "$dir/trace.tsv" <<'PY'
+import sys
+steady = {1: 100.0, 5: 300.0, 9: 450.0}
+out = open(sys.argv[1], "w")
+for pid in (11, 12):  # two processes: each pays every first pass
+    name = f"auto#{pid}.1"
+    out.write(f"{name}\twarm-up\t2\n")
+    seen, last, step = set(), None, 0
+    for k in range(60):
+        if k % 20 == 0:
+            out.write(f"{name}\tother\n")
+            last = None
+        rows = (1, 1, 1, 5, 5, 5, 9, 9, 9)[k % 9]
+        us = steady[rows] + (0 if last == rows else 50) + (0 if rows in seen else 1000)
+        seen.add(rows)
+        last = rows
+        step += 1
+        out.write(f"{name}\t{step}\t{rows}\t1\t1\t1\t{2 if rows == 1 else 1}\t{100 + k}\t{us:.1f}\t3.0\t2\t1\t0\n")
+        out.write(f"fixed 2#{pid}.2\t{step}\t3\t1\t1\t1\t1\t50\t7777.0\t1.0\t2\t1\t0\n")  # filtered out below
+out.close()
+PY
+
+"$src/bench/trace-costs.py" "$dir/trace.tsv" --policy auto > "$dir/costs.txt" 2> "$dir/err.txt" || fail "exit $?: $(cat "$dir/err.txt")"
+read -r magic version attn rebuild n r1 r2 r3 t1 t2 t3 th1 th2 th3 batches rest < "$dir/costs.txt" || true
+[ "$magic $version $n" = "rest-cost 4 3" ] || fail "not a 3-shape cost table: $(cat "$dir/costs.txt")"
+[ "$r1 $r2 $r3" = "1 5 9" ] || fail "rows $r1 $r2 $r3"
+[ "$t1 $t2 $t3" = "100.000 300.000 450.000" ] || fail "steady times $t1 $t2 $t3"
+[ "$th1 $th2 $th3" = "2 1 1" ] || fail "threads $th1 $th2 $th3"
+[ "$rebuild" = "50.000" ] || fail "rebuild $rebuild"
+[ "$batches" = "0" ] && [ -z "${rest:-}" ] || fail "trailing fields: $batches $rest"
+grep -q "cold first pass +1000.0 us median over 6 " "$dir/err.txt" || fail "cold: $(cat "$dir/err.txt")"
+grep -q "jitter sigma 0.000" "$dir/err.txt" || fail "jitter: $(cat "$dir/err.txt")"
+
+# Without --policy the other policy's 3-row passes (after no pass of their shape in their instance... and then
+# steadily) join the table.
+"$src/bench/trace-costs.py" "$dir/trace.tsv" > "$dir/all.txt" 2>/dev/null || fail "all policies: exit $?"
+grep -q "^rest-cost 4 0 [0-9.]* 4 1 3 5 9 " "$dir/all.txt" || fail "all policies: $(cat "$dir/all.txt")"
+
+grep -v "	1	1	1	1	2	" "$dir/trace.tsv" | grep -v "^auto#1[12].1	[0-9]*	1	" > "$dir/noplain.tsv"
+if "$src/bench/trace-costs.py" "$dir/noplain.tsv" --policy auto > /dev/null 2> "$dir/err2.txt"; then fail "no plain passes, yet a table"; fi
+[ "$(wc -l < "$dir/err2.txt")" = 1 ] && grep -q "one-row passes" "$dir/err2.txt" || fail "error: $(cat "$dir/err2.txt")"
+if "$src/bench/trace-costs.py" "$dir/missing.tsv" > /dev/null 2> "$dir/err3.txt"; then fail "a missing file, yet a table"; fi
+[ "$(wc -l < "$dir/err3.txt")" = 1 ] || fail "missing file: $(cat "$dir/err3.txt")"
+echo "trace-costs: ok"
