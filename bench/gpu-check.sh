@@ -20,7 +20,8 @@
 #   --dry-run          check the arguments, print the commands, build and run nothing
 #   -h, --help         this text
 # Writes OUT_DIR/gpu-check.json (machine, GPU, build time, test counts, speed ratios, paths) and logs beside it;
-# the bench's own output is OUT_DIR/bench/. Exit status 0 only when the build, every test and the bench passed.
+# the bench's own output is OUT_DIR/bench/, its budget policies' steps OUT_DIR/budget-trace.tsv and, from them,
+# OUT_DIR/budget-costs.txt and .log (bench/trace-costs.py: the machine for bench-policy-replay). Exit status 0 only when the build, every test and the bench passed.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -193,6 +194,11 @@ if [ "$status_build" = ok ]; then
         status_bench=failed
     fi
     [ -z "$bench_note" ] || say "bench $status_bench: $bench_note"
+    # What the budget saw, as the machine bench-policy-replay replays (--true-costs, and rebuild, jitter, cold pass).
+    if [ -s "$out/budget-trace.tsv" ]; then
+        "$root/bench/trace-costs.py" "$out/budget-trace.tsv" > "$out/budget-costs.txt" 2> "$out/budget-costs.log" \
+            || say "budget trace: $(tail -1 "$out/budget-costs.log")"
+    fi
 fi
 
 # The summary: one JSON file. Counts come from CTest's closing lines, ratios from each part's results.json.
