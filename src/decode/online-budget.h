@@ -1,5 +1,7 @@
 // The automatic draft budget: a small estimator of tokens per second at each draft length, learned while it runs,
 // and a decision. Built only by make_budget_policy() (rest/budget.h); tests include this header to look inside.
+// Defined in three files: online-budget.cpp (acceptance, the choice, feedback), online-budget-costs.cpp (the cost
+// estimates) and online-budget-gain.cpp (the realised gain, plain checks and probes).
 //
 // Three estimates, each measured online and corrected every step:
 //  - acceptance: the chance a node is accepted once its parent is, per source and drafter-score bin (the drafter's
@@ -251,8 +253,7 @@ class online_budget final : public budget_policy {
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     // What one request's drafting shape of n_rows without a fresh figure of its own is priced at: its measured
-    // neighbours' ratios on its thread count, interpolated (the shared ratio where it has none). In
-    // online-budget-neighbours.cpp.
+    // neighbours' ratios on its thread count, interpolated (the shared ratio where it has none).
     double neighbour_ratio(std::int32_t n_rows) const;
     void   fill_neighbour_ratios() const;  // into interp_, when the estimates or the step changed
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` without measured neighbours fade to
