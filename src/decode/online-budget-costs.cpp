@@ -4,6 +4,7 @@
 #include "online-budget.h"
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 
 namespace rest {
@@ -49,7 +50,7 @@ double online_budget::ratio_of(std::int32_t n_rows, std::size_t n_equal, std::in
     const bool       plain = n_rows <= (std::int32_t) std::max<std::size_t>(n_live_, 1);
     // Where this shape has no fresh figure of its own: its neighbours' (one request's drafting shapes), else the
     // ratio shared by all shapes on its thread count.
-    const double     fallback = n_equal == 1 && !plain ? neighbour_ratio(n_rows) : shared_ratio(threads);
+    const double     fallback = n_equal == 1 && !plain ? neighbour_ratio(n_rows, threads) : shared_ratio(threads);
     if (!e) return fallback;
     // Plain's own estimate does not fade: the plain checks keep measuring it, and the shared ratio moves with the
     // drafting passes it is compared against.
@@ -204,7 +205,7 @@ online_budget::single_price online_budget::price_single(std::int32_t n_rows, std
     return p;
 }
 
-double online_budget::neighbour_ratio(std::int32_t n_rows) const {
+double online_budget::neighbour_ratio(std::int32_t n_rows, std::int32_t threads) const {
     // The start-up table errs by shape, not only by a common factor (on the H200 a table of flat costs; two start-up
     // tables of one model here differ by 5-30% per shape), and the shared ratio follows the shapes the policy runs:
     // sitting at a shape the table underpriced by 30%, every shape not measured lately looked 30% dearer too, and the
@@ -215,7 +216,6 @@ double online_budget::neighbour_ratio(std::int32_t n_rows) const {
     if (interp_step_ != n_steps_ || interp_live_ != n_live_ || interp_.ratio.size() != single_.size()) {
         fill_neighbour_ratios();
     }
-    const std::int32_t threads = threads_of(n_rows, 1);
     if (n_rows >= 0 && (std::size_t) n_rows < interp_.ratio.size()) {
         if (interp_.ratio[(std::size_t) n_rows] > 0) return interp_.ratio[(std::size_t) n_rows];
     } else if ((std::size_t) threads < interp_.top.size() && interp_.top[(std::size_t) threads].rows > 0) {
@@ -245,7 +245,7 @@ void online_budget::fill_neighbour_ratios() const {
         w.below[r]                 = b;
         if (w.own[r] >= 0) per_threads(w.last, w.threads[r], neighbours::seen{}) = {w.threads[r], r, w.own[r]};
     }
-    w.top = w.last;
+    std::swap(w.top, w.last);  // the up sweep's last: the largest measured shape on each thread count
     w.last.clear();
     for (std::int32_t r = n - 1; r >= first; --r) {
         const neighbours::seen   a  = per_threads(w.last, w.threads[r], neighbours::seen{});

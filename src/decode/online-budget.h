@@ -253,8 +253,9 @@ class online_budget final : public budget_policy {
     // Threads a pass of n_rows (n_equal as in step_report) over the batch being priced (n_live_ requests) runs on.
     std::int32_t threads_of(std::int32_t n_rows, std::size_t n_equal) const;
     // What one request's drafting shape of n_rows without a fresh figure of its own is priced at: its measured
-    // neighbours' ratios on its thread count, interpolated (the shared ratio where it has none).
-    double neighbour_ratio(std::int32_t n_rows) const;
+    // neighbours' ratios on its thread count (`threads`: threads_of(n_rows, 1), which the caller has), interpolated
+    // (the shared ratio where it has none).
+    double neighbour_ratio(std::int32_t n_rows, std::int32_t threads) const;
     void   fill_neighbour_ratios() const;  // into interp_, when the estimates or the step changed
     double shared_ratio(std::int32_t threads) const;  // what shapes on `threads` without measured neighbours fade to
     double slowdown(std::int32_t threads) const;      // mean over typical time of passes on `threads` now (>= 1)
