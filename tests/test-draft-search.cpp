@@ -48,19 +48,23 @@ struct corpus_case {
 
 const corpus_case k_cases[] = {
     {1, 1, 2, 2},      {3, 40, 2, 2},     {20, 60, 3, 4},     {50, 100, 8, 2},
-    {40, 200, 50, 4},  {10, 500, 1000, 2}, {30, 100, 5, 4},   {5, 300, 60000, 4},
+    {40, 200, 50, 4},  {10, 500, 1000, 2}, {30, 100, 5, 4},   {5, 300, 60000, 4}, {60, 400, 3, 2},
 };
 
 }  // namespace
 
+// With the suffix samples of a format version 3 file too: searches over ranges of 256 ranks or more go by them (a
+// corpus of a few tokens' vocabulary has such ranges; patterns of up to 12 tokens pass the rows' 8).
 TEST(draft_search, sa_find_equals_scan) {
     std::mt19937 rng(1);
     for (const corpus_case & c : k_cases) {
+      for (const bool sampled : {false, true}) {
         const auto      docs = rest_ref::random_documents(rng, c.n_docs, c.len_max, c.n_vocab);
-        const ref_shard shard(rest_ref::join_documents(docs), c.width);
+        ref_shard       shard(rest_ref::join_documents(docs), c.width);
+        if (sampled) shard.add_samples();
         const index_shard s = shard.view();
         for (int trial = 0; trial < 300; ++trial) {
-            const std::size_t     len = 1 + rng() % 6;
+            const std::size_t     len = 1 + rng() % (sampled ? 12 : 6);
             std::vector<token_id> pat;
             if (trial % 3 == 0) {  // random pattern, often absent
                 for (std::size_t i = 0; i < len; ++i) {
@@ -77,13 +81,14 @@ TEST(draft_search, sa_find_equals_scan) {
             }
             const auto want = rest_ref::occurrences(shard.text, pat);
             const auto got  = positions_in(s, sa_find(s, pat));
-            ASSERT_EQ(got, want) << "vocab " << c.n_vocab << " width " << c.width << " trial " << trial;
+            ASSERT_EQ(got, want) << "vocab " << c.n_vocab << " width " << c.width << " trial " << trial << " sampled " << sampled;
             const sa_range a = sa_find(s, pat), b = s.find(pat);
             ASSERT_EQ(a.size(), b.size()) << "differs from index_shard::find, trial " << trial;
             if (!a.empty()) {
                 ASSERT_EQ(a, b) << "differs from index_shard::find, trial " << trial;
             }
         }
+      }
     }
 }
 

@@ -151,7 +151,7 @@ TEST(index_append, onto_a_version_1_base) {
     build(old, b, 300, old);
     const auto ds = rest::datastore::open(old, 0xABCDEF, "", rest::datastore::access::one_pass);
     ds->verify();
-    EXPECT_EQ(ds->info().format_version, 2u);
+    EXPECT_EQ(ds->info().format_version, 3u);
     ASSERT_GT(ds->info().n_shards, n_a);
     for (std::size_t i = 0; i < ds->shards().size(); ++i) {
         rest::sa_range r;

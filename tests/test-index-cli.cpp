@@ -73,7 +73,7 @@ TEST_F(index_cli, build_inspect_query_round_trip) {
     const std::string idx = build_good();
     const run_result  i   = run("index inspect --json " + shell_quote(idx));
     ASSERT_EQ(i.code, 0) << i.err;
-    EXPECT_NE(i.out.find("\"format_version\": 2"), std::string::npos) << i.out;
+    EXPECT_NE(i.out.find("\"format_version\": 3"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"documents\": 1"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"token_width_bytes\": 2"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"bigram_table\": true"), std::string::npos) << i.out;

@@ -77,7 +77,7 @@ TEST(index_file, round_trip_counts) {
             rest::write_datastore(path, docs, synthetic(n_vocab), p);
             const auto   ds   = rest::datastore::open(path, 0xABCDEF, "synthetic");
             const auto & info = ds->info();
-            EXPECT_EQ(info.format_version, 2u);
+            EXPECT_EQ(info.format_version, 3u);
             EXPECT_EQ(info.n_documents, 200u);
             EXPECT_EQ(info.n_tokens, n_tokens);
             EXPECT_EQ(info.token_width, n_vocab < 65535 ? 2 : 4);

@@ -1,6 +1,6 @@
 // An index whose framing is valid (header and shard table pass their checksums) but whose data sections hold
 // garbage never crashes the engine: each section in turn (text, suffix array, first-token table, the bigram table's
-// runs) is overwritten with random bytes, all-ones, all-zeros or in-range but wrong values; opening the file then
+// runs, the suffix samples) is overwritten with random bytes, all-ones, all-zeros or in-range but wrong values; opening the file then
 // either fails with one line naming the section, or generation drafts from it and still emits plain decoding's
 // tokens (verification turns bad drafts into rejected ones). Random text values reach past the vocabulary, which the
 // decoder must drop.
@@ -32,7 +32,7 @@ void write_file(const std::string & path, const std::vector<char> & bytes) {
     std::ofstream(path, std::ios::binary).write(bytes.data(), (std::streamsize) bytes.size());
 }
 
-enum class section { text, sa, buckets, bigrams };
+enum class section { text, sa, buckets, bigrams, samples };
 // sparse: one entry in five replaced by a random value (mostly intact text whose drafts carry ids past the vocabulary)
 enum class garbage { random, ones, zeros, in_range, sparse };
 
@@ -48,20 +48,26 @@ void corrupt(std::vector<char> & f, section which, garbage how, std::uint64_t se
         if (which == section::bigrams) {
             EXPECT_GT(e.n_bigrams, 0u) << "shard " << i << " has no bigram table to corrupt";
         }
+        if (which == section::samples) {
+            EXPECT_GT(e.n_samples, 0u) << "shard " << i << " has no sample table to corrupt";
+        }
+        const bool          tokens = which == section::text || which == section::samples;
         const std::uint64_t off = which == section::text      ? e.text_offset
                                   : which == section::sa      ? e.sa_offset
                                   : which == section::buckets ? e.bucket_offset
+                                  : which == section::samples ? e.sample_offset
                                                               : e.bigram_offset + n_buckets * 4;
-        const std::uint64_t width = which == section::text ? hd.token_width : 4;
+        const std::uint64_t width = tokens ? hd.token_width : 4;
         const std::uint64_t n     = which == section::text      ? e.n_text
                                     : which == section::sa      ? e.n_sa
                                     : which == section::buckets ? n_buckets
+                                    : which == section::samples ? e.n_samples * fmt::k_sample_tokens
                                   // the runs' keys and first ranks: open checks the run offsets before them
                                   // (as the first-token table), a lookup bounds what these give
                                                                 : 2 * e.n_bigrams;
         // In range: what each entry could hold in a valid file (a token id, a text position, a rank, a run's
         // offset, key or first rank).
-        const std::uint64_t range = which == section::text ? (std::uint64_t) hd.n_vocab : which == section::sa ? e.n_text : e.n_sa + 1;
+        const std::uint64_t range = tokens ? (std::uint64_t) hd.n_vocab : which == section::sa ? e.n_text : e.n_sa + 1;
         for (std::uint64_t k = 0; k < n; ++k) {
             if (how == garbage::sparse && rng() % 5 != 0) continue;
             std::uint64_t v = how == garbage::random || how == garbage::sparse ? rng()
@@ -95,11 +101,14 @@ TEST(index_garbage, every_data_section_gives_an_error_or_plain_output) {
         prompts.push_back(pr);
     }
     const std::string good = rest_test::tmp_dir() + "/garbage-good.idx", bad = rest_test::tmp_dir() + "/garbage-bad.idx";
-    write_datastore(good, docs, identity_of(m->vocab()));
+    // Each document 300 times, so that searches run over ranges long enough to go by the suffix samples.
+    std::vector<std::vector<token_id>> copies;
+    for (int k = 0; k < 300; ++k) copies.insert(copies.end(), docs.begin(), docs.end());
+    write_datastore(good, copies, identity_of(m->vocab()));
     const std::vector<char> bytes = read_file(good);
     int          n_errors = 0, n_generated = 0;
     std::int64_t n_drafted_total = 0;
-    for (const section which : {section::text, section::sa, section::buckets, section::bigrams}) {
+    for (const section which : {section::text, section::sa, section::buckets, section::bigrams, section::samples}) {
         for (const garbage how : {garbage::random, garbage::ones, garbage::zeros, garbage::in_range, garbage::sparse}) {
             const std::string what = "section " + std::to_string((int) which) + ", garbage " + std::to_string((int) how);
             std::vector<char> f = bytes;
@@ -148,7 +157,7 @@ TEST(index_garbage, every_data_section_gives_an_error_or_plain_output) {
     }
     std::printf("garbage sections: %d refused at open, %d generated from (%lld datastore draft nodes; outputs = plain)\n",
                 n_errors, n_generated, (long long) n_drafted_total);
-    EXPECT_EQ(n_errors + n_generated, 20);
+    EXPECT_EQ(n_errors + n_generated, 25);
     EXPECT_GE(n_errors, 3) << "a garbage first-token table is refused at open";
 }
 

@@ -2,6 +2,7 @@
 #include "index-version1.h"
 #include "ref/ref-index.h"
 #include "rest/datastore.h"
+#include "draft/sa-search.h"
 #include "rest/index-builder.h"
 #include "test-util.h"
 
@@ -181,7 +182,7 @@ TEST_P(index_lookup, bigram_table_matches_naive_scan) {
     };
     // One pass: no background thread that would build the tables while this test looks at them.
     const auto ds = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
-    EXPECT_EQ(ds->info().format_version, 2u);
+    EXPECT_EQ(ds->info().format_version, 3u);
     for (const rest::index_shard & s : ds->shards()) {
         check_every_pair(s);  // the file's table, from open
     }
@@ -201,6 +202,45 @@ TEST_P(index_lookup, bigram_table_matches_naive_scan) {
 
 // The table a datastore of format version 1 opened for lookups gets from its background thread (after the page
 // prefetch): it appears within seconds and agrees with find().
+// The builder's suffix samples (format version 3) against the shard's own suffix array and text: one row per
+// sample_step() ranks, each the suffix's first sample_tokens() tokens, a separator from its document's end on. A
+// version 2 copy of the file has none, and the drafter's searches give the same ranges with and without them.
+TEST_P(index_lookup, sample_rows_match_naive_reading) {
+    const lookup_case                  c = GetParam();
+    std::vector<std::vector<token_id>> docs;
+    const std::string                  path = write_case(c, "samples", 97, docs);
+    const std::string                  v2   = path + ".v2";
+    rest_test::write_version_copy(path, v2, 2);
+    const auto ds  = rest::datastore::open(path, 0, "", rest::datastore::access::one_pass);
+    const auto old = rest::datastore::open(v2, 0, "", rest::datastore::access::one_pass);
+    ASSERT_EQ(ds->shards().size(), old->shards().size());
+    const std::uint64_t step = rest::index_shard::sample_step();
+    std::mt19937        rng(5);
+    for (std::size_t i = 0; i < ds->shards().size(); ++i) {
+        const rest::index_shard & s = ds->shards()[i];
+        ASSERT_EQ(s.n_sample_rows(), (s.full().size() + step - 1) / step) << "shard " << i;
+        EXPECT_EQ(old->shards()[i].n_sample_rows(), 0u);
+        for (std::uint64_t j = 0; j < s.n_sample_rows(); ++j) {
+            bool ended = false;
+            for (std::size_t d = 0; d < rest::index_shard::sample_tokens(); ++d) {
+                const std::uint64_t k = s.key_at(s.suffix(j * step) + d);
+                ended = ended || k == 0 || k == UINT64_MAX;
+                ASSERT_EQ(s.sample_row_key(j, d), ended ? UINT64_MAX : k) << "shard " << i << " row " << j << " token " << d;
+            }
+        }
+        const std::vector<token_id> text = shard_text(s);
+        for (int trial = 0; trial < 200; ++trial) {
+            const std::uint64_t   at = rng() % text.size();
+            std::vector<token_id> pat;
+            for (std::uint64_t k = at; k < text.size() && text[k] != rest::k_doc_end && pat.size() < 1 + trial % 12; ++k) {
+                pat.push_back(text[k]);
+            }
+            if (pat.empty()) continue;
+            EXPECT_EQ(rest::sa_find(s, pat), rest::sa_find(old->shards()[i], pat)) << "shard " << i << " trial " << trial;
+        }
+    }
+}
+
 TEST(index_lookup_bigrams, built_in_the_background_after_open) {
     const auto        docs = random_docs(4000, 120, 50, 7, 99);  // ~240k tokens: a file past the prefetch's 1 MiB
     const std::string path = tmp_path("bigram-background.idx");

@@ -91,6 +91,28 @@ class index_shard {
 
     std::uint64_t suffix(std::uint64_t rank) const { return sa_[rank]; }
 
+    // Suffix samples (the index file's sample section, format version 3): the first sample_tokens() tokens of the
+    // suffix at every sample_step()-th rank, in a contiguous table, so that a search over a large range reads no
+    // suffix-array entry and no text until it is down to the ranks between two rows. 0 rows: none.
+    std::uint64_t n_sample_rows() const { return n_sample_rows_; }
+    static constexpr std::uint64_t sample_step() { return 64; }
+    static constexpr std::size_t   sample_tokens() { return 8; }
+    // Sort key (as key_at()) of token d < sample_tokens() of the suffix at rank j * sample_step(), j <
+    // n_sample_rows(); UINT64_MAX (a separator's) also where the suffix's text ends, so a row with one compares by
+    // the text instead.
+    std::uint64_t sample_row_key(std::uint64_t j, std::size_t d) const {
+        const std::uint64_t i = j * sample_tokens() + d;
+        const std::uint32_t v = width_ == 2 ? static_cast<const std::uint16_t *>(sample_rows_)[i]
+                                            : static_cast<const std::uint32_t *>(sample_rows_)[i];
+        return v == (width_ == 2 ? 0xFFFFu : 0xFFFFFFFFu) ? UINT64_MAX : std::uint64_t(v) + 1;
+    }
+    // Installs a sample table read from the index file (n_rows must be ceil(n_sa / sample_step()): the datastore
+    // checks it at open; the rows' values are only compared, so wrong ones give wrong ranges, never a bad read).
+    void set_sample_table(const void * rows, std::uint64_t n_rows) {
+        sample_rows_   = n_rows > 0 ? rows : nullptr;
+        n_sample_rows_ = sample_rows_ ? n_rows : 0;
+    }
+
     // Token at offset `depth` of the suffix with this rank (k_doc_end past a document's end).
     token_id next_token(std::uint64_t rank, std::uint32_t depth) const { return token_at(sa_[rank] + depth); }
 
@@ -159,6 +181,8 @@ class index_shard {
     std::uint64_t         n_         = 0;
     std::uint64_t         n_sa_      = 0;
     int                   width_     = 2;
+    const void *          sample_rows_   = nullptr;
+    std::uint64_t         n_sample_rows_ = 0;
 };
 
 }  // namespace rest

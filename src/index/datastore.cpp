@@ -110,6 +110,7 @@ class mmap_datastore final : public datastore {
                                  static_cast<int>(hd_.token_width));
             // Checked whatever the vocabulary: verify() hashes the section too.
             const std::uint32_t * bigrams = e.n_bigrams > 0 ? bigram_section(s, e) : nullptr;
+            if (e.n_samples > 0) shards_.back().set_sample_table(sample_section(s, e), e.n_samples);
             if (n_buckets_ > 0) {
                 shards_.back().set_first_token_buckets(buckets, n_buckets_);
                 shards_.back().set_bigram_table(bigrams, e.n_bigrams);
@@ -123,7 +124,7 @@ class mmap_datastore final : public datastore {
         }
         // Every check passed: map the pages in behind the caller's back (from 1 MiB; see page_prefetcher).
         if (how == access::lookups) {
-            // The shards' first-token and bigram tables are mapped first: every lookup reads them, and they sit at
+            // The shards' first-token, bigram and sample tables are mapped first: lookups read them, and they sit at
             // the end of each shard (mapped last otherwise, in a fresh process's first 0.1 s on a 3.6 GB index).
             // Then, on the same thread, the bigram table of each shard whose file has none (format version 1): a
             // bigram's first search becomes a lookup in memory instead of a binary search with a cache and TLB miss
@@ -134,6 +135,7 @@ class mmap_datastore final : public datastore {
             for (const fmt::shard_entry & e : table_) {
                 if (n_buckets_ > 0) tables.emplace_back(e.bucket_offset, n_buckets_ * 4);
                 if (e.n_bigrams > 0) tables.emplace_back(e.bigram_offset, fmt::bigram_bytes(n_buckets_, e.n_bigrams));
+                if (e.n_samples > 0) tables.emplace_back(e.sample_offset, fmt::sample_bytes(e.n_samples, hd_.token_width));
             }
             prefetch_.start(
                 base, size,
@@ -179,6 +181,10 @@ class mmap_datastore final : public datastore {
                 check_sum(s + "bigram table", e.bigram_offset, fmt::bigram_bytes(n_buckets_, e.n_bigrams),
                           e.bigram_checksum);
             }
+            if (e.n_samples > 0) {
+                check_sum(s + "sample table", e.sample_offset, fmt::sample_bytes(e.n_samples, hd_.token_width),
+                          e.sample_checksum);
+            }
             // Checksums prove the bytes are the ones written; these prove the writer kept its invariants.
             const auto * sa = reinterpret_cast<const std::uint32_t *>(base + e.sa_offset);
             for (std::uint64_t r = 0; r < e.n_sa; ++r) {
@@ -207,6 +213,18 @@ class mmap_datastore final : public datastore {
         for (std::uint64_t t = 0; t + 1 < n_buckets_; ++t) {
             if (table[t] > table[t + 1]) fail("has " + what + " decreasing at token " + std::to_string(t));
         }
+    }
+
+    // A shard's sample table, its framing checked: one row per index_shard::sample_step() ranks, in the file. Its
+    // values are only compared, never used to index (index_shard::set_sample_table).
+    const void * sample_section(const std::string & s, const fmt::shard_entry & e) const {
+        static_assert(fmt::k_sample_step == index_shard::sample_step() && fmt::k_sample_tokens == index_shard::sample_tokens());
+        if (e.n_samples != fmt::n_samples_for(e.n_sa)) {
+            fail("has an inconsistent " + s + "sample table (" + std::to_string(e.n_samples) + " rows for " +
+                 std::to_string(e.n_sa) + " suffixes)");
+        }
+        check_range(s + "sample table", e.sample_offset, fmt::sample_bytes(e.n_samples, hd_.token_width));
+        return map_.data() + e.sample_offset;
     }
 
     // A shard's bigram table, its framing checked: in the file, and its run offsets (check_offsets). The runs'

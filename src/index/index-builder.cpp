@@ -145,6 +145,12 @@ struct index_builder::impl {
                 const std::uint64_t bytes = fmt::bigram_bytes(bucket_bytes / 4, e.n_bigrams);
                 e.bigram_offset           = copy("bigram table", e.bigram_offset, bytes, e.bigram_checksum);
             }
+            if (e.n_samples > 0) {  // older shards have none: their searches run without, as before
+                if (e.n_samples != fmt::n_samples_for(e.n_sa)) changed("sample table size");
+                out.pad_to(fmt::k_section_align);
+                e.sample_offset = copy("sample table", e.sample_offset, fmt::sample_bytes(e.n_samples, token_width),
+                                       e.sample_checksum);
+            }
             shards.push_back(e);
             progress(build_phase::write, shards.size(), table.size());
             if (!whole) {  // the header's totals count every shard
@@ -227,6 +233,30 @@ struct index_builder::impl {
                 flush();
             }
         }
+    }
+
+    // The sample section's rows (index-format.h): the first tokens of every k_sample_step-th suffix, in the text's
+    // width, a separator wherever the suffix's document or the text ends.
+    std::vector<std::uint8_t> sample_rows(const std::int32_t * sa, std::uint64_t n_sa, std::uint64_t n, int sw) const {
+        const std::uint64_t       rows = fmt::n_samples_for(n_sa);
+        std::vector<std::uint8_t> out(static_cast<std::size_t>(fmt::sample_bytes(rows, token_width)));
+        std::uint8_t *            at = out.data();
+        for (std::uint64_t j = 0; j < rows; ++j) {
+            const std::uint64_t pos = static_cast<std::uint64_t>(sa[j * fmt::k_sample_step]);
+            bool                ended = false;
+            for (std::uint64_t d = 0; d < fmt::k_sample_tokens; ++d, at += token_width) {
+                const token_id t = ended || pos + d >= n ? k_doc_end : decode_sort_token(text.data() + (pos + d) * sw, sw);
+                ended            = t == k_doc_end;
+                const std::uint32_t v = ended ? (token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu) : static_cast<std::uint32_t>(t);
+                if (token_width == 2) {
+                    const auto v16 = static_cast<std::uint16_t>(v);
+                    std::memcpy(at, &v16, 2);
+                } else {
+                    std::memcpy(at, &v, 4);
+                }
+            }
+        }
+        return out;
     }
 
     // Suffix-sorts the current shard and appends its sections (text, suffix array, first-token and bigram tables).
@@ -312,6 +342,7 @@ struct index_builder::impl {
             scan_bigrams(buckets.data(), buckets.size(), [sa](std::uint64_t r) { return std::uint64_t(sa[r]); },
                          key_after, prefetch_after, bigram_cap(n_sa, buckets.size()), {}, bigrams);
         }
+        const std::vector<std::uint8_t> samples = sample_rows(sa, n_sa, n, sw);
         text.release();
 
         out.pad_to(fmt::k_section_align);
@@ -342,6 +373,13 @@ struct index_builder::impl {
                 out.write(v->data(), v->size() * 4);
             }
             e.bigram_checksum = hb.digest();
+        }
+        if (!samples.empty()) {
+            out.pad_to(fmt::k_section_align);
+            e.sample_offset   = out.size();
+            e.n_samples       = fmt::n_samples_for(n_sa);
+            e.sample_checksum = XXH3_64bits(samples.data(), samples.size());
+            out.write(samples.data(), samples.size());
         }
         progress(build_phase::write, total, total);
         t_write += seconds_since(t0);

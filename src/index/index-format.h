@@ -1,4 +1,5 @@
-// On-disk layout of a datastore file: format version 2 (version 1 files, without bigram tables, are still read).
+// On-disk layout of a datastore file: format version 3 (versions 1 and 2, without bigram tables or suffix samples,
+// are still read).
 // Private to src/index: the builder writes it, the reader maps it. All integers are little-endian (static_assert
 // below); the file is only ever mmapped on the machine kind that wrote it or one of the same endianness.
 //
@@ -11,8 +12,11 @@
 //                                  and start[n_bigrams] u32: the runs of equal second tokens in each first token's
 //                                  bucket (index_shard::build_bigrams() computes the same at open for a file
 //                                  without it)
-//   at the end    shard table      n_shards shard_entry records (96 bytes each; 72 in version 1, which ends them at
-//                                  n_documents)
+//                 sample section   (version 3, optional: n_samples > 0) the first k_sample_tokens tokens of the
+//                                  suffix at every k_sample_step-th rank, as the text stores them (a separator past
+//                                  a document's or the text's end): n_samples = ceil(n_sa / k_sample_step) rows
+//   at the end    shard table      n_shards shard_entry records (120 bytes each; 96 in version 2, which ends them at
+//                                  bigram_checksum; 72 in version 1, at n_documents)
 // Every section starts on a 4096-byte boundary, so mapped arrays are aligned and page-granular.
 //
 // Open reads the header and the shard table only (O(n_shards)); verify() hashes every section.
@@ -29,7 +33,7 @@ namespace rest::index_format {
 static_assert(std::endian::native == std::endian::little, "the datastore format is little-endian");
 
 inline constexpr char          k_magic[8]        = {'R', 'E', 'S', 'T', 'I', 'D', 'X', '\0'};
-inline constexpr std::uint32_t k_version         = 2;
+inline constexpr std::uint32_t k_version         = 3;
 inline constexpr std::uint64_t k_header_bytes    = 4096;
 inline constexpr std::uint64_t k_section_align   = 4096;
 inline constexpr std::size_t   k_description_max = 256;
@@ -65,17 +69,22 @@ struct shard_entry {
     std::uint64_t bigram_offset;
     std::uint64_t n_bigrams;
     std::uint64_t bigram_checksum;        // xxh3 of the whole section
+    // Version 3: the sample section (0 rows: none; its offset and checksum are then 0).
+    std::uint64_t sample_offset;
+    std::uint64_t n_samples;
+    std::uint64_t sample_checksum;
 };
 
 static_assert(sizeof(file_header) <= k_header_bytes);
-static_assert(sizeof(shard_entry) == 12 * 8);
+static_assert(sizeof(shard_entry) == 15 * 8);
 
-// Bytes of one shard-table record in a file of this version (version 1 records end at n_documents).
+// Bytes of one shard-table record in a file of this version (version 2 records end at bigram_checksum, version 1
+// records at n_documents).
 inline constexpr std::uint64_t shard_entry_bytes(std::uint32_t version) {
-    return version >= 2 ? sizeof(shard_entry) : 9 * 8;
+    return version >= 3 ? sizeof(shard_entry) : version == 2 ? 12 * 8 : 9 * 8;
 }
 
-// The shard table's records as this version reads them (a version 1 record gets no bigram section). `table` points
+// The shard table's records as this version reads them (older records get no bigram or sample section). `table` points
 // at n records of shard_entry_bytes(version) each.
 inline std::vector<shard_entry> decode_shard_table(const std::uint8_t * table, std::uint32_t version, std::uint32_t n) {
     std::vector<shard_entry> out(n);
@@ -90,6 +99,16 @@ inline std::vector<shard_entry> decode_shard_table(const std::uint8_t * table, s
 // Bytes of a bigram section of n entries.
 inline constexpr std::uint64_t bigram_bytes(std::uint64_t n_buckets, std::uint64_t n_bigrams) {
     return (n_buckets + 2 * n_bigrams) * 4;
+}
+
+// Suffix samples: a search over a large range compares a pattern with these rows, contiguous and read without a
+// suffix-array entry, and reads the suffix array and the text only within the k_sample_step ranks between two rows
+// (on a 600M-token index a length search's probes were a cache and TLB miss each). 0.25 B/token with 2-byte tokens.
+inline constexpr std::uint64_t k_sample_step   = 64;
+inline constexpr std::uint64_t k_sample_tokens = 8;
+inline constexpr std::uint64_t n_samples_for(std::uint64_t n_sa) { return (n_sa + k_sample_step - 1) / k_sample_step; }
+inline constexpr std::uint64_t sample_bytes(std::uint64_t n_samples, std::uint64_t token_width) {
+    return n_samples * k_sample_tokens * token_width;
 }
 
 // First-token tables cost 4 bytes per vocabulary entry per shard; past 2^22 entries (no real tokenizer) they are

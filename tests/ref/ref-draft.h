@@ -85,9 +85,32 @@ struct ref_shard {
     }
     ref_shard(const ref_shard &) = delete;
 
+    // The suffix samples an index file carries (index-format.h), built naively: the first sample_tokens() tokens of
+    // every sample_step()-th suffix, a separator past its document's or the text's end. view() then installs them.
+    void add_samples() {
+        const std::uint64_t step = rest::index_shard::sample_step();
+        const std::size_t   w    = rest::index_shard::sample_tokens();
+        for (std::size_t j = 0; j * step < sa.size(); ++j) {
+            bool ended = false;
+            for (std::size_t d = 0; d < w; ++d) {
+                const std::size_t pos = sa[j * step] + d;
+                ended                 = ended || pos >= text.size() || text[pos] == k_doc_end;
+                s16.push_back(ended ? 0xFFFF : static_cast<std::uint16_t>(text[pos]));
+                s32.push_back(ended ? 0xFFFFFFFFu : static_cast<std::uint32_t>(text[pos]));
+            }
+        }
+    }
+    std::vector<std::uint16_t> s16;
+    std::vector<std::uint32_t> s32;
+
     rest::index_shard view() const {
         const void * p = width == 2 ? static_cast<const void *>(t16.data()) : static_cast<const void *>(t32.data());
-        return rest::index_shard(p, text.size(), sa.data(), sa.size(), width);
+        rest::index_shard v(p, text.size(), sa.data(), sa.size(), width);
+        if (!s16.empty()) {
+            v.set_sample_table(width == 2 ? static_cast<const void *>(s16.data()) : static_cast<const void *>(s32.data()),
+                               s16.size() / rest::index_shard::sample_tokens());
+        }
+        return v;
     }
 };
 
