@@ -38,8 +38,8 @@ template <typename Pred> std::uint64_t first_true(std::uint64_t lo, std::uint64_
 // sa_find over a range holding several of the shard's sample rows: the pattern is placed among the rows (their keys
 // decide unless one agrees with the whole of its tokens and the pattern is longer, or holds a separator: then the
 // text at its suffix), and each end is searched for among the sample_step() ranks around it. On a 600M-token index
-// a step's p99 fell from 54 to 19 us (the per-step minimum of three runs): the rows are contiguous and stay cached,
-// where each round of a search over the suffix array is a cache and TLB miss, two dependent ones.
+// a draft step's p99 fell from 65 to 28 us (the per-step minimum of four runs): the rows are contiguous and stay
+// cached, where each round of a search over the suffix array is a cache and TLB miss, two dependent ones.
 sa_range sa_find_sampled(const index_shard & shard, sa_range r, std::size_t depth, std::span<const token_id> pattern) {
     const std::uint64_t step = index_shard::sample_step();
     const std::size_t   w    = std::min(index_shard::sample_tokens(), pattern.size());
