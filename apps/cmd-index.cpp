@@ -387,7 +387,8 @@ void run_inspect(const std::string & path, bool as_json) {
         nlohmann::json shards = nlohmann::json::array();
         for (const auto & s : ds->shards()) {
             shards.push_back(
-                {{"text_tokens", s.n_tokens()}, {"suffixes", s.n_suffixes()}, {"bigram_table", s.has_bigram_table()}});
+                {{"text_tokens", s.n_tokens()}, {"suffixes", s.n_suffixes()}, {"bigram_table", s.has_bigram_table()},
+                 {"sample_rows", s.n_sample_rows()}});
         }
         j["shard_sizes"] = shards;
         // Text from the file (a description) may hold invalid UTF-8: replaced, not thrown on.
@@ -409,6 +410,13 @@ void run_inspect(const std::string & path, bool as_json) {
     if (static_cast<std::size_t>(n_tables) < i.n_shards) {
         std::printf("bigram tables:  %zu of %zu shards (`rest index compact` writes the others)\n",
                     static_cast<std::size_t>(n_tables), i.n_shards);
+    }
+    // Suffix samples (format 3): shards without them (kept by an append from an older base) search without.
+    const auto n_sampled = std::count_if(ds->shards().begin(), ds->shards().end(),
+                                         [](const rest::index_shard & s) { return s.n_sample_rows() > 0; });
+    if (static_cast<std::size_t>(n_sampled) < i.n_shards) {
+        std::printf("suffix samples: %zu of %zu shards (`rest index compact` writes the others)\n",
+                    static_cast<std::size_t>(n_sampled), i.n_shards);
     }
     std::printf("bytes:          %llu (%.3f bytes/token)\n", (unsigned long long) i.n_bytes, per_tok);
     std::printf("opened in:      %.3f ms\n", t_open * 1e3);

@@ -144,7 +144,7 @@ TEST(index_append, onto_a_version_1_base) {
     const docs_t a = some_docs(80, 3, 12), b = some_docs(70, 4, 12);
     docs_t       ab = a;
     ab.insert(ab.end(), b.begin(), b.end());
-    const std::string built = tmp_path("a-v2.idx"), old = tmp_path("a-v1.idx");
+    const std::string built = tmp_path("a-v3.idx"), old = tmp_path("a-v1.idx");
     build(built, a, 300);
     rest_test::write_version1_copy(built, old);
     const auto n_a = rest::datastore::open(old)->info().n_shards;

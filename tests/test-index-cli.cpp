@@ -77,13 +77,17 @@ TEST_F(index_cli, build_inspect_query_round_trip) {
     EXPECT_NE(i.out.find("\"documents\": 1"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"token_width_bytes\": 2"), std::string::npos) << i.out;
     EXPECT_NE(i.out.find("\"bigram_table\": true"), std::string::npos) << i.out;
+    EXPECT_NE(i.out.find("\"sample_rows\": "), std::string::npos) << i.out;
     // A format 1 copy has none, and the text output says so and what to do.
     rest_test::write_version1_copy(idx, idx + ".v1");
     const run_result old = run("index inspect " + shell_quote(idx + ".v1"));
     ASSERT_EQ(old.code, 0) << old.err;
     EXPECT_NE(old.out.find("format version: 1"), std::string::npos) << old.out;
     EXPECT_NE(old.out.find("bigram tables:  0 of 1 shards (`rest index compact`"), std::string::npos) << old.out;
-    EXPECT_EQ(run("index inspect " + shell_quote(idx)).out.find("bigram tables:"), std::string::npos);
+    EXPECT_NE(old.out.find("suffix samples: 0 of 1 shards"), std::string::npos) << old.out;
+    const std::string now = run("index inspect " + shell_quote(idx)).out;
+    EXPECT_EQ(now.find("bigram tables:"), std::string::npos) << now;
+    EXPECT_EQ(now.find("suffix samples:"), std::string::npos) << now;
     const run_result v = run("index verify " + shell_quote(idx));
     EXPECT_EQ(v.code, 0) << v.err;
     const run_result q = run("index query -m " + shell_quote(spm_) + " " + shell_quote(idx) + " 'int add(int a, int'");

@@ -230,12 +230,14 @@ TEST_F(index_bad_file, flipped_byte_caught_by_verify) {
     };
     const auto & e = table[1];
     ASSERT_GT(e.n_bigrams, 0u) << "the fixture's shard has a bigram table";
+    ASSERT_GT(e.n_samples, 0u) << "the fixture's shard has a sample table";
     const std::uint64_t n_buckets = rest::index_format::n_buckets_for(hd.n_vocab);
     for (const spot s : {spot{e.text_offset + 3, "shard 1 text"}, spot{e.sa_offset + 5, "shard 1 suffix array"},
                          spot{e.sa_offset + e.n_sa * 4 - 1, "shard 1 suffix array"},
                          spot{e.bucket_offset + 11, "shard 1 first-token table"},
                          spot{e.bigram_offset + n_buckets * 4 + 6, "shard 1 bigram table"},
-                         spot{e.bigram_offset + (n_buckets + 2 * e.n_bigrams) * 4 - 1, "shard 1 bigram table"}}) {
+                         spot{e.bigram_offset + (n_buckets + 2 * e.n_bigrams) * 4 - 1, "shard 1 bigram table"},
+                         spot{e.sample_offset + 1, "shard 1 sample table"}}) {
         auto b = bytes_;
         b[s.offset] ^= 0x10;
         write_all(bad_, b);
@@ -272,6 +274,22 @@ std::vector<char> with_record(const std::vector<char> & bytes, std::size_t i,
     hd.header_checksum = XXH3_64bits(&hd, offsetof(fmt::file_header, header_checksum));
     std::memcpy(b.data(), &hd, sizeof(hd));
     return b;
+}
+
+// A sample table's framing is checked at open: a row count other than one per 64 suffixes, or a section past the
+// file, gives one line naming it (searches would otherwise read rows past the section).
+TEST_F(index_bad_file, sample_table_framing_checked_at_open) {
+    namespace fmt = rest::index_format;
+    const auto expect_refused = [&](const std::vector<char> & b, std::initializer_list<std::string> needles) {
+        write_all(bad_, b);
+        expect_user_error([&] { rest::datastore::open(bad_); }, needles);
+    };
+    expect_refused(with_record(bytes_, 1, [](fmt::shard_entry & r) { r.n_samples -= 1; }),
+                   {bad_, "shard 1 sample table", "rows for"});
+    expect_refused(with_record(bytes_, 1, [](fmt::shard_entry & r) { r.n_samples = r.n_sa + 1; }),
+                   {bad_, "shard 1 sample table", "rows for"});
+    expect_refused(with_record(bytes_, 1, [&](fmt::shard_entry & r) { r.sample_offset = bytes_.size() - 8; }),
+                   {bad_, "shard 1 sample table", "truncated or corrupt"});
 }
 
 // A bigram table's framing is checked at open: a run count past the suffixes, a section past the file, run offsets

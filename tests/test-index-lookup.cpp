@@ -200,8 +200,6 @@ TEST_P(index_lookup, bigram_table_matches_naive_scan) {
     }
 }
 
-// The table a datastore of format version 1 opened for lookups gets from its background thread (after the page
-// prefetch): it appears within seconds and agrees with find().
 // The builder's suffix samples (format version 3) against the shard's own suffix array and text: one row per
 // sample_step() ranks, each the suffix's first sample_tokens() tokens, a separator from its document's end on. A
 // version 2 copy of the file has none, and the drafter's searches give the same ranges with and without them.
@@ -237,10 +235,15 @@ TEST_P(index_lookup, sample_rows_match_naive_reading) {
             }
             if (pat.empty()) continue;
             EXPECT_EQ(rest::sa_find(s, pat), rest::sa_find(old->shards()[i], pat)) << "shard " << i << " trial " << trial;
+            // From the pattern's bigram range (depth 2), as the drafter searches.
+            rest::sa_bigram_memo memo;
+            EXPECT_EQ(rest::sa_find(s, pat, &memo), rest::sa_find(old->shards()[i], pat)) << "shard " << i << " trial " << trial;
         }
     }
 }
 
+// The table a datastore of format version 1 opened for lookups gets from its background thread (after the page
+// prefetch): it appears within seconds and agrees with find().
 TEST(index_lookup_bigrams, built_in_the_background_after_open) {
     const auto        docs = random_docs(4000, 120, 50, 7, 99);  // ~240k tokens: a file past the prefetch's 1 MiB
     const std::string path = tmp_path("bigram-background.idx");

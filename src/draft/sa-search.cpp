@@ -81,7 +81,9 @@ sa_range sa_find(const index_shard & shard, sa_range r, std::size_t depth, std::
     if (depth >= pattern.size() || r.empty()) {
         return r;
     }
-    if (shard.n_sample_rows() > 0 && depth < index_shard::sample_tokens() && r.size() >= 4 * index_shard::sample_step()) {
+    // (Rows for every rank of r: the datastore checks a table's size at open, and one too small for r is not used.)
+    if (depth < index_shard::sample_tokens() && r.size() >= 4 * index_shard::sample_step() &&
+        (r.hi + index_shard::sample_step() - 1) / index_shard::sample_step() <= shard.n_sample_rows()) {
         return sa_find_sampled(shard, r, depth, pattern);
     }
     // Lower bound: first rank whose suffix does not sort before the pattern. Four-way: three probes per round,

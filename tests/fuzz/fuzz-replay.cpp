@@ -30,7 +30,8 @@ std::vector<std::uint8_t> read_file(const fs::path & p) {
 }
 
 // Seeds: (vocabulary, documents) pairs that give both token widths, with and without first-token tables, and
-// repeated n-grams to draft from; each also as format version 1 wrote it.
+// repeated n-grams to draft from, some with ranges long enough for the sample rows; each also as format version 1
+// wrote it.
 std::vector<fs::path> write_seeds(const fs::path & dir) {
     fs::create_directories(dir);
     std::vector<fs::path> out;
@@ -38,7 +39,7 @@ std::vector<fs::path> write_seeds(const fs::path & dir) {
     int k = 0;
     // u16 text; u32 text with a first-token table; u32 text without one (vocabularies past 2^22).
     for (const std::int32_t n_vocab : {50, 70000, (1 << 22) + 1}) {
-        for (const int n_docs : {1, 3}) {
+        for (const int n_docs : {1, 3, 40}) {  // 40: first tokens with 256+ suffixes, searched by the sample rows
             std::vector<std::vector<rest::token_id>> docs(n_docs);
             for (auto & d : docs) {
                 for (int i = 0; i < 60; ++i) d.push_back((rest::token_id) (rng() % 7 + (i % 5 == 0 ? n_vocab - 8 : 1)));
@@ -74,6 +75,7 @@ std::vector<std::vector<std::uint8_t>> variants_of(const std::vector<std::uint8_
         if (e.n_bigrams > 0) {
             sections.push_back({e.bigram_offset, fmt::bigram_bytes(fmt::n_buckets_for(hd.n_vocab), e.n_bigrams)});
         }
+        if (e.n_samples > 0) sections.push_back({e.sample_offset, fmt::sample_bytes(e.n_samples, hd.token_width)});
     }
     for (const auto & [off, n] : sections) {
         for (int how = 0; how < 4; ++how) {
