@@ -135,7 +135,7 @@ void atomic_file_writer::pwrite_at(std::uint64_t offset, const void * data, std:
     }
 }
 
-void atomic_file_writer::commit() {
+void atomic_file_writer::commit(std::uint64_t drop_pages_min) {
     if (::fsync(fd_) != 0) {
         throw user_error("cannot fsync '" + temp_path_ + "': " + errno_text());
     }
@@ -143,9 +143,11 @@ void atomic_file_writer::commit() {
     // it back. Written, the file sits in 4 KiB pages; read back by the prefetcher, a filesystem with large folios
     // (ext4 from Linux 6.16, XFS) caches it in 2 MiB ones, which the kernel maps with one page-table entry each. On a
     // Zen 5 VM (nested paging), a dependent random read in the 3.6 GB Linux + /usr/include index took 1.7 us in the
-    // written pages against 0.38 us read back, and the draft step's p99 fell from 224-262 to 124-130 us. Elsewhere
-    // it costs one read of the file, which the prefetcher does in the background.
-    (void) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+    // written pages against 0.38 us read back, and the draft step's p99 fell from 224-262 to 124-130 us. A smaller
+    // file keeps them: its 4 KiB pages' tables stay in the caches (the 287 MB /usr/include index searched as fast in
+    // either), and dropped, a fresh process's first draft steps read it back from the disk (the demo model's 23 MB
+    // index: first 10 steps 1.6-3.7 ms against 0.3-0.6 ms cached).
+    if (size_ >= drop_pages_min) (void) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
     // Renamed while still open, so still locked: closed first, the finished temp file looked like a dead writer's to
     // a process starting meanwhile (remove_if_stale_temp()), which removed it.
     if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
