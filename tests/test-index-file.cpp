@@ -461,31 +461,27 @@ TEST(IndexFile, CommittedFileLeavesThePageCache) {
         GTEST_SKIP() << "the test directory is a tmpfs (REST_TEST_TMP elsewhere runs this test)";
     }
     const std::size_t bytes = 8u << 20;
-    {
-        rest::atomic_file_writer out(path);
-        std::vector<char>        block(1 << 20, 'y');
-        for (std::size_t i = 0; i < bytes / block.size(); ++i) out.write(block.data(), block.size());
-        out.commit(bytes);
-    }
-    rest::file_mapping  map(path);
-    const long          page = sysconf(_SC_PAGESIZE);
-    std::vector<unsigned char> vec((map.size() + static_cast<std::size_t>(page) - 1) / static_cast<std::size_t>(page));
-    ASSERT_EQ(mincore(const_cast<std::uint8_t *>(map.data()), map.size(), vec.data()), 0);
-    std::size_t resident = 0;
-    for (const unsigned char v : vec) resident += v & 1;
-    EXPECT_LT(resident, vec.size() / 20) << resident << " of " << vec.size() << " pages still cached after commit";
-    std::uint64_t sum = 0;
+    // Commits 8 MiB of one byte value, dropping the pages from `drop_min` bytes; returns the pages then cached.
+    auto commit_file = [&](char fill, std::uint64_t drop_min, std::size_t & n_pages) {
+        {
+            rest::atomic_file_writer out(path);
+            std::vector<char>        block(1 << 20, fill);
+            for (std::size_t i = 0; i < bytes / block.size(); ++i) out.write(block.data(), block.size());
+            out.commit(drop_min);
+        }
+        return resident_pages(path, n_pages);
+    };
+    std::size_t       n_pages = 0;
+    const std::size_t dropped = commit_file('y', bytes, n_pages);
+    EXPECT_LT(dropped, n_pages / 20) << dropped << " of " << n_pages << " pages still cached after commit";
+    rest::file_mapping map(path);
+    const long         page = sysconf(_SC_PAGESIZE);
+    std::uint64_t      sum  = 0;
     for (std::size_t off = 0; off < map.size(); off += static_cast<std::size_t>(page)) sum += map.data()[off];
-    EXPECT_EQ(sum, std::uint64_t('y') * vec.size()) << "the file reads back";
+    EXPECT_EQ(sum, std::uint64_t('y') * n_pages) << "the file reads back";
     fs::remove(path);
-    {
-        rest::atomic_file_writer out(path);
-        std::vector<char>        block(1 << 20, 'z');
-        for (std::size_t i = 0; i < bytes / block.size(); ++i) out.write(block.data(), block.size());
-        out.commit();  // below k_drop_pages_min: stays cached for its first reader
-    }
-    std::size_t n_pages = 0;
-    const std::size_t kept = resident_pages(path, n_pages);
+    // Below k_drop_pages_min (the default) the file stays cached for its first reader.
+    const std::size_t kept = commit_file('z', rest::atomic_file_writer::k_drop_pages_min, n_pages);
     EXPECT_GT(kept, n_pages / 2) << kept << " of " << n_pages << " pages cached after committing a small file";
     fs::remove(path);
 }
