@@ -259,7 +259,8 @@ struct index_builder::impl {
         return out;
     }
 
-    // Suffix-sorts the current shard and appends its sections (text, suffix array, first-token and bigram tables).
+    // Suffix-sorts the current shard and appends its sections (text, suffix array, first-token and bigram tables,
+    // sample rows).
     // Peak memory is here: the sort text plus the suffix sort's n + 1 ranks, types and buckets (suffix-sort.h).
     void flush() {
         if (n_text == 0) {
