@@ -91,6 +91,10 @@ struct machine {
 };
 
 // Replays every generation under `policy`, whose verified chains are at most cap nodes.
+double us_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
 outcome replay(const std::vector<rest_bench::generation> & samples, const datastore & ds, const machine & mc,
                budget_policy & policy, std::int32_t cap, const drafter_params & dp, bool cut_at_score = false) {
     history_store hist{};
@@ -116,10 +120,10 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
                 const auto         t_p0      = std::chrono::steady_clock::now();
                 const std::int32_t want      = std::min(cap, policy.draft_nodes_hint());
                 const float        score_min = policy.chain_score_min();
-                o.policy_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_p0).count();
+                o.policy_us += us_since(t_p0);
                 const auto t_d0 = std::chrono::steady_clock::now();
                 tree            = draft_chain(dr, cap, want, INT32_MAX, score_min);
-                o.draft_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_d0).count();
+                o.draft_us += us_since(t_d0);
                 n_draft = dp.chain_grow ? (std::int32_t) tree.size() : chain_tree_nodes(want, INT32_MAX);
                 if (cut_at_score) {  // a drafter that stops there: the nodes up to the first below it
                     std::size_t keep = tree.empty() ? 0 : 1;
@@ -130,7 +134,7 @@ outcome replay(const std::vector<rest_bench::generation> & samples, const datast
                 const budget_query q{&tree, n_past, tree.empty() ? 0 : cap};
                 const auto         t_c0 = std::chrono::steady_clock::now();
                 policy.choose({&q, 1}, {&n, 1});
-                o.policy_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_c0).count();
+                o.policy_us += us_since(t_c0);
             }
             const std::int32_t n_real = std::min<std::int32_t>(n, (std::int32_t) tree.size());
             std::int32_t       a      = 0;

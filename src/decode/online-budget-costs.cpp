@@ -243,7 +243,7 @@ void online_budget::fill_neighbour_ratios() const {
     for (std::int32_t r = first; r < n; ++r) {
         const neighbours::seen & b = per_threads(w.last, w.threads[r], neighbours::seen{});
         w.below[r]                 = b;
-        if (w.own[r] >= 0) per_threads(w.last, w.threads[r], neighbours::seen{}) = {w.threads[r], r, w.own[r]};
+        if (w.own[r] >= 0) per_threads(w.last, w.threads[r], neighbours::seen{}) = {r, w.own[r]};
     }
     std::swap(w.top, w.last);  // the up sweep's last: the largest measured shape on each thread count
     w.last.clear();
@@ -255,7 +255,7 @@ void online_budget::fill_neighbour_ratios() const {
         } else if (lo.rows > 0 || a.rows > 0) {
             w.ratio[r] = lo.rows > 0 ? lo.ratio : a.ratio;
         }
-        if (w.own[r] >= 0) per_threads(w.last, w.threads[r], neighbours::seen{}) = {w.threads[r], r, w.own[r]};
+        if (w.own[r] >= 0) per_threads(w.last, w.threads[r], neighbours::seen{}) = {r, w.own[r]};
     }
 }
 

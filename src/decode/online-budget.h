@@ -311,8 +311,8 @@ class online_budget final : public budget_policy {
     // neighbour_ratio()'s figures for every row count, filled once per step, and fill_neighbour_ratios()' scratch.
     struct neighbours {
         struct seen {
-            std::int32_t threads = 0, rows = 0;  // rows 0: none
-            double       ratio   = 0;
+            std::int32_t rows  = 0;  // 0: none
+            double       ratio = 0;
         };
         std::vector<double>       ratio;    // [rows]: the neighbours' ratio (0: none, the shared one)
         std::vector<std::int32_t> threads;  // [rows]: threads_of() the shape

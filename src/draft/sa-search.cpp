@@ -1,5 +1,7 @@
 #include "sa-search.h"
 
+#include "index/first-rank.h"
+
 #include <algorithm>
 
 namespace rest {
@@ -18,23 +20,6 @@ inline int compare_at(const index_shard & s, std::uint64_t pos, std::span<const 
     return 0;
 }
 
-}  // namespace
-
-namespace {
-
-// First rank in [lo, hi) where pred is true, pred being false then true over the range.
-template <typename Pred> std::uint64_t first_true(std::uint64_t lo, std::uint64_t hi, Pred pred) {
-    while (lo < hi) {
-        const std::uint64_t mid = lo + (hi - lo) / 2;
-        if (pred(mid)) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
-}
-
 // sa_find over a range holding several of the shard's sample rows: the pattern is placed among the rows (their keys
 // decide unless one agrees with the whole of its tokens and the pattern is longer, or holds a separator: then the
 // text at its suffix), and each end is searched for among the sample_step() ranks around it. On a 600M-token index
@@ -44,29 +29,25 @@ sa_range sa_find_sampled(const index_shard & shard, sa_range r, std::size_t dept
     const std::uint64_t step = index_shard::sample_step();
     const std::size_t   w    = std::min(index_shard::sample_tokens(), pattern.size());
     auto cmp_row = [&](std::uint64_t j) {
-        bool sep = false;
         for (std::size_t d = depth; d < w; ++d) {
             const std::uint64_t a = shard.sample_row_key(j, d);
             const std::uint64_t b = static_cast<std::uint64_t>(pattern[d]) + 1;
-            sep = a == UINT64_MAX;
             if (a != b) {
-                if (!sep) return a < b ? -1 : 1;
-                break;
+                return a != UINT64_MAX ? (a < b ? -1 : 1) : compare_at(shard, shard.suffix(j * step), pattern, depth);
             }
         }
-        if (!sep && w == pattern.size()) return 0;
-        return compare_at(shard, shard.suffix(j * step), pattern, depth);
+        return w == pattern.size() ? 0 : compare_at(shard, shard.suffix(j * step), pattern, depth);
     };
     auto cmp_rank = [&](std::uint64_t rank) { return compare_at(shard, shard.suffix(rank), pattern, depth); };
     // Rows j0..j1-1 lie in r. The first suffix not before the pattern lies after row jl - 1 and at or before row jl
     // (r's ends where there is no such row); the first after it, between rows ju - 1 and ju.
     const std::uint64_t j0 = (r.lo + step - 1) / step, j1 = (r.hi + step - 1) / step;
-    const std::uint64_t jl = first_true(j0, j1, [&](std::uint64_t j) { return cmp_row(j) >= 0; });
-    const std::uint64_t ju = first_true(jl, j1, [&](std::uint64_t j) { return cmp_row(j) > 0; });
+    const std::uint64_t jl = first_rank(j0, j1, [&](std::uint64_t j) { return cmp_row(j) >= 0; });
+    const std::uint64_t ju = first_rank(jl, j1, [&](std::uint64_t j) { return cmp_row(j) > 0; });
     auto after_row  = [&](std::uint64_t j) { return j == j0 ? r.lo : (j - 1) * step + 1; };
     auto at_row     = [&](std::uint64_t j) { return j < j1 ? j * step : r.hi; };
-    const std::uint64_t a = first_true(after_row(jl), at_row(jl), [&](std::uint64_t k) { return cmp_rank(k) >= 0; });
-    const std::uint64_t e = first_true(std::max(after_row(ju), a), at_row(ju), [&](std::uint64_t k) { return cmp_rank(k) > 0; });
+    const std::uint64_t a = first_rank(after_row(jl), at_row(jl), [&](std::uint64_t k) { return cmp_rank(k) >= 0; });
+    const std::uint64_t e = first_rank(std::max(after_row(ju), a), at_row(ju), [&](std::uint64_t k) { return cmp_rank(k) > 0; });
     return {a, std::max(a, e)};
 }
 

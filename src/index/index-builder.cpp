@@ -235,6 +235,17 @@ struct index_builder::impl {
         }
     }
 
+    // One token as the file stores it: token_width bytes, the width's largest value for a separator (k_doc_end).
+    void put_token(std::uint8_t * at, token_id t) const {
+        const std::uint32_t v = t == k_doc_end ? (token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu) : static_cast<std::uint32_t>(t);
+        if (token_width == 2) {
+            const auto v16 = static_cast<std::uint16_t>(v);
+            std::memcpy(at, &v16, 2);
+        } else {
+            std::memcpy(at, &v, 4);
+        }
+    }
+
     // The sample section's rows (index-format.h): the first tokens of every k_sample_step-th suffix, in the text's
     // width, a separator wherever the suffix's document or the text ends.
     std::vector<std::uint8_t> sample_rows(const std::int32_t * sa, std::uint64_t n_sa, std::uint64_t n, int sw) const {
@@ -247,13 +258,7 @@ struct index_builder::impl {
             for (std::uint64_t d = 0; d < fmt::k_sample_tokens; ++d, at += token_width) {
                 const token_id t = ended || pos + d >= n ? k_doc_end : decode_sort_token(text.data() + (pos + d) * sw, sw);
                 ended            = t == k_doc_end;
-                const std::uint32_t v = ended ? (token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu) : static_cast<std::uint32_t>(t);
-                if (token_width == 2) {
-                    const auto v16 = static_cast<std::uint16_t>(v);
-                    std::memcpy(at, &v16, 2);
-                } else {
-                    std::memcpy(at, &v, 4);
-                }
+                put_token(at, t);
             }
         }
         return out;
@@ -303,17 +308,8 @@ struct index_builder::impl {
             const std::uint8_t * src = text.data() + i * sw;
             for (std::uint64_t j = 0; j < k; ++j, src += sw) {
                 const token_id t = decode_sort_token(src, sw);
-                std::uint32_t  v = token_width == 2 ? 0xFFFFu : 0xFFFFFFFFu;  // a separator
-                if (t != k_doc_end) {
-                    v = static_cast<std::uint32_t>(t);
-                    if (n_buckets > 0) ++counts[v];
-                }
-                if (token_width == 2) {
-                    const auto v16 = static_cast<std::uint16_t>(v);
-                    std::memcpy(chunk.data() + j * 2, &v16, 2);
-                } else {
-                    std::memcpy(chunk.data() + j * 4, &v, 4);
-                }
+                if (t != k_doc_end && n_buckets > 0) ++counts[static_cast<std::uint32_t>(t)];
+                put_token(chunk.data() + j * token_width, t);
             }
             h.update(chunk.data(), k * token_width);
             out.write(chunk.data(), k * token_width);
