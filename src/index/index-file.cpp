@@ -143,10 +143,10 @@ void atomic_file_writer::commit(std::uint64_t drop_pages_min) {
     // it back. Written, the file sits in 4 KiB pages; read back by the prefetcher, a filesystem with large folios
     // (ext4 from Linux 6.16, XFS) caches it in 2 MiB ones, which the kernel maps with one page-table entry each. On a
     // Zen 5 VM (nested paging), a dependent random read in the 3.6 GB Linux + /usr/include index took 1.7 us in the
-    // written pages against 0.38 us read back, and the draft step's p99 fell from 224-262 to 124-130 us. A smaller
-    // file keeps them: its 4 KiB pages' tables stay in the caches (the 287 MB /usr/include index searched as fast in
-    // either), and dropped, a fresh process's first draft steps read it back from the disk (the demo model's 23 MB
-    // index: first 10 steps 1.6-3.7 ms against 0.3-0.6 ms cached).
+    // written pages against 0.38 us read back, and the draft step's p99 fell from 224-262 to 124-130 us; on the 287
+    // MB /usr/include index, 16-28 against 24-36 us. A file under 64 MiB keeps them: its page tables stay in the
+    // caches, and dropped, a fresh process's first draft steps read it back from the disk (the demo model's 23 MB
+    // index: first 10 steps 0.9-1.0 ms kept against 1.7-3.7 ms).
     if (size_ >= drop_pages_min) (void) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
     // Renamed while still open, so still locked: closed first, the finished temp file looked like a dead writer's to
     // a process starting meanwhile (remove_if_stale_temp()), which removed it.

@@ -27,7 +27,7 @@ class atomic_file_writer {
     void          pwrite_at(std::uint64_t offset, const void * data, std::size_t n);
     std::uint64_t size() const { return size_; }
     // Below this size a committed file keeps its pages in the page cache (commit() says why larger ones do not).
-    static constexpr std::uint64_t k_drop_pages_min = 1ull << 30;
+    static constexpr std::uint64_t k_drop_pages_min = 64ull << 20;
     void          commit(std::uint64_t drop_pages_min = k_drop_pages_min);
 
     const std::string & temp_path() const { return temp_path_; }
