@@ -12,7 +12,8 @@
 # Usage: bench/run-cost.sh [OUT]   (default /tmp/rest-bench-cost)
 # Environment as bench/run-standard.sh: REST_BIN, REST_SHARED_DATA, REST_BENCH_THREADS (default 2),
 #   REST_BENCH_CACHE, REST_COST_PARTS (default "a b c"), REST_COST_PROMPTS (1.1B parts, default 6),
-#   REST_COST_N (tokens for the 1.1B parts, default 96).
+#   REST_COST_N (tokens for the 1.1B parts, default 96), REST_COST_LAYOUT (--draft-layout of every bench: auto, chain
+#   or tree; default auto), REST_COST_B_METHODS (part b's methods, default plain,rest,rest@8).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,8 @@ cache=${REST_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rest.cpp/bench}
 parts=${REST_COST_PARTS:-a b c}
 np=${REST_COST_PROMPTS:-6}
 ntok=${REST_COST_N:-96}
+layout=${REST_COST_LAYOUT:-auto}
+b_methods=${REST_COST_B_METHODS:-plain,rest,rest@8}
 
 [ -x "$bin" ] || { echo "run-cost: no rest binary at $bin (set REST_BIN)" >&2; exit 1; }
 [ -f "$data/models/stories260K.gguf" ] || { echo "run-cost: shared data not found at $data" >&2; exit 1; }
@@ -43,7 +46,8 @@ fixture() {
 bench() {
     local part="$1" label="$2"; shift 2
     say "bench $part (load $(cut -d' ' -f1-3 /proc/loadavg)): $*"
-    "$bin" bench --out "$out/$part" --label "$label" -t "$threads" --quiet --meta "commit=$commit" "$@" \
+    "$bin" bench --out "$out/$part" --label "$label" -t "$threads" --draft-layout "$layout" --quiet \
+        --meta "commit=$commit" "$@" \
         >"$out/$part.stdout" 2>>"$log"
     "$root/bench/plot.sh" "$out/$part" "$label" 2>>"$log" || true
 }
@@ -73,7 +77,7 @@ for line in sys.stdin:
         "$bin" index build -m "$m" -o "$out/b-own.idx" --format jsonl --field tokens "$out/b-own-corpus.jsonl" \
             >>"$log" 2>&1
         bench b-own "(b) Q8_0 1.1B fixture, datastore of its own continuations" -m "$m" --index "$out/b-own.idx" \
-            --prompts "$out/prompts.jsonl" -n "$ntok" --methods plain,rest,rest@8
+            --prompts "$out/prompts.jsonl" -n "$ntok" --methods "$b_methods"
         ;;
     c)
         m="$data/models/stories260K.gguf"
