@@ -86,7 +86,7 @@ TEST(draft_expand, sa_selection_equals_brute_force) {
                 }
                 std::vector<sa_root> roots;
                 for (const index_shard & v : set.views) {
-                    roots.push_back({&v, sa_find(v, pat)});
+                    roots.push_back({&v, v.find(pat)});
                 }
                 expand_params ep;
                 ep.n_top     = std::vector<int>{1, 5, 16, 64}[rng() % 4];
@@ -124,7 +124,7 @@ TEST(draft_expand, sampled_counts_are_within_a_row_per_shard_of_exact) {
             const token_id       pat[] = {first};
             std::vector<sa_root> roots;
             for (const index_shard & v : set.views) {
-                roots.push_back({&v, sa_find(v, pat)});
+                roots.push_back({&v, v.find(pat)});
             }
             expand_params ep;
             ep.n_top    = 64;
@@ -187,7 +187,7 @@ TEST(draft_expand, empty_inputs) {
     const ref_shard   shard(rest_ref::join_documents({{1, 2, 1, 3}}), 2);
     const index_shard v       = shard.view();
     const token_id    one[]   = {1};
-    const sa_root     root{&v, sa_find(v, one)};
+    const sa_root     root{&v, v.find(one)};
     for (const auto & [n_top, depth_max] : {std::pair{0, 3}, std::pair{4, 0}}) {
         ep.n_top     = n_top;
         ep.depth_max = depth_max;

@@ -10,11 +10,10 @@
 //   buckets       optional first-token table (n_vocab + 1 u32): [buckets[t], buckets[t+1]) are the ranks of the
 //                 suffixes starting with token t, so the first narrowing step is O(1).
 //
-// Every query is O(log n) per pattern token and touches only the pages it reads. With the first-token table, a
-// large bucket also gets, on its first query, an in-memory sample of every 32nd suffix: its next 7-12 tokens (as
-// many as fit in 16 bytes) and its text position, built lazily so opening stays O(1). find() searches the sample
-// (reading text only where a long pattern outruns the keys, and never the suffix array), then two windows of at
-// most 31 ranks of the mapped arrays: that saves the binary search's cold probes (each a cache and TLB miss).
+// Every query is O(log n) per pattern token and touches only the pages it reads. With the index file's suffix
+// samples (format version 3: the first tokens of every 64th suffix, below), find() over a large range searches the
+// contiguous rows first and reads the suffix array and text only in the ranks between two rows: that saves the
+// binary search's cold probes (each a cache and TLB miss).
 #pragma once
 
 #include "rest/types.h"
@@ -128,6 +127,11 @@ class index_shard {
 
     // The range of suffixes that start with `pattern` (empty when it does not occur). An empty pattern gives full().
     sa_range find(std::span<const token_id> pattern) const;
+    // Sub-range of r whose suffixes start with `pattern`. Precondition: every suffix in r shares pattern[0..depth).
+    // Compares whole patterns per probe (one random access per probe instead of one binary search per token):
+    // O(log |r|) probes, or over the sample rows where r spans several, plus the galloping to the upper end,
+    // O(log |result|). A negative pattern token (k_doc_end) never matches.
+    sa_range find(sa_range r, std::size_t depth, std::span<const token_id> pattern) const;
 
     // The range of the suffixes that start with t0 t1, from the bigram table when the shard has one (true; O(log) in
     // a small array): read from the file (format version 2) or once build_bigrams() has finished; else false (not
@@ -154,23 +158,6 @@ class index_shard {
     sa_range run_at(sa_range r, std::uint32_t depth, std::uint64_t rank) const;
 
   private:
-    __extension__ typedef unsigned __int128 sample_key;  // GCC/Clang: 128-bit integer order = packed token order
-
-    // Every 32nd suffix of a first-token bucket: its packed next tokens and its text position.
-    struct bucket_samples {
-        std::vector<sample_key>    keys;
-        std::vector<std::uint32_t> pos;
-    };
-    // The lazily built sample of bucket t (nullptr for small buckets or without a first-token table).
-    const bucket_samples * bucket_sample(token_id t) const;
-    // The next tokens after a suffix's first (as many as the sample's keys hold), packed so that integer order is
-    // suffix order.
-    sample_key packed_next(std::uint64_t pos) const;
-    // Asks for the text after the first token of the suffixes at ranks [lo, hi) (a few dozen at most).
-    void prefetch_text(std::uint64_t lo, std::uint64_t hi) const;
-
-    struct samples;                     // per-bucket once-flags and sample arrays, shared by copies of the view
-    std::shared_ptr<samples> samples_;
     struct bigrams;                     // the bigram table, shared by copies of the view
     std::shared_ptr<bigrams> bigrams_;
 

@@ -11,15 +11,6 @@
 
 namespace rest {
 
-// Sub-range of r whose suffixes start with `pattern`. Precondition: every suffix in r shares pattern[0..depth).
-// Compares whole patterns per probe (one random access per probe instead of one binary search per token), so the
-// cost is O(log |r|) probes plus the galloping to the upper end, O(log |result|). A negative pattern token
-// (k_doc_end) never matches.
-sa_range sa_find(const index_shard & shard, sa_range r, std::size_t depth, std::span<const token_id> pattern);
-
-// The pattern's range in the whole shard (uses the shard's first-token table when it has one).
-sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern);
-
 // Ranges of two-token prefixes already searched in one shard (a suffix array never changes, so they stay valid).
 // Searches start from the pattern's first two tokens' range: on a large index the rounds that narrow a frequent
 // first token down to a bigram are the costly ones, and bigrams recur. Bounded: cleared when full.
@@ -34,7 +25,7 @@ class sa_bigram_memo {
     std::unordered_map<std::uint64_t, sa_range> map_;
 };
 
-// sa_find over the whole shard, starting from the memoized range of the pattern's first two tokens.
+// index_shard::find over the whole shard, starting from the memoized range of the pattern's first two tokens.
 sa_range sa_find(const index_shard & shard, std::span<const token_id> pattern, sa_bigram_memo * memo);
 
 // The longest suffix of a context, of at most n_max tokens, that occurs in one shard, or what is known of it.

@@ -6,5 +6,6 @@ set(REST_INDEX_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/index-builder.cpp
     ${CMAKE_CURRENT_LIST_DIR}/index-file.cpp
     ${CMAKE_CURRENT_LIST_DIR}/index-shard.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/shard-find.cpp
     ${CMAKE_CURRENT_LIST_DIR}/suffix-sort.cpp
 )
