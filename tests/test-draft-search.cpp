@@ -91,6 +91,42 @@ TEST(draft_search, shard_find_equals_scan) {
     }
 }
 
+// narrow() token by token from the whole shard, as the drafter extends a match: with the suffix samples, a range of
+// 256 ranks or more at a depth under the rows' 8 tokens is narrowed by them (its common prefix read from its first
+// suffix). The same ranges as without them, the positions a scan finds.
+TEST(draft_search, shard_narrow_equals_scan) {
+    std::mt19937 rng(3);
+    for (const corpus_case & c : k_cases) {
+        const auto  docs = rest_ref::random_documents(rng, c.n_docs, c.len_max, c.n_vocab);
+        ref_shard   shard(rest_ref::join_documents(docs), c.width);
+        shard.add_samples();
+        const index_shard s       = shard.view();
+        index_shard       no_rows = s;
+        no_rows.set_sample_table(nullptr, 0);
+        for (int trial = 0; trial < 200; ++trial) {
+            const std::size_t     p = rng() % shard.text.size();
+            std::vector<token_id> pat;
+            for (std::size_t i = p; i < shard.text.size() && pat.size() < 10 && shard.text[i] != k_doc_end; ++i) {
+                pat.push_back(shard.text[i]);
+            }
+            if (trial % 4 == 0 && !pat.empty()) {  // a last token that may not follow
+                pat.back() = static_cast<token_id>(rng() % static_cast<unsigned>(c.n_vocab + 1));
+            }
+            sa_range r = s.full(), q = s.full();
+            for (std::size_t d = 0; d < pat.size(); ++d) {
+                r = s.narrow(r, static_cast<std::uint32_t>(d), pat[d]);
+                q = no_rows.narrow(q, static_cast<std::uint32_t>(d), pat[d]);
+                ASSERT_EQ(r.size(), q.size()) << "vocab " << c.n_vocab << " trial " << trial << " depth " << d;
+                const std::span<const token_id> prefix(pat.data(), d + 1);
+                ASSERT_EQ(positions_in(s, r), rest_ref::occurrences(shard.text, prefix))
+                    << "vocab " << c.n_vocab << " trial " << trial << " depth " << d;
+                if (r.empty()) break;
+                ASSERT_EQ(r, q);
+            }
+        }
+    }
+}
+
 TEST(draft_search, shard_find_edge_cases) {
     const ref_shard   shard(rest_ref::join_documents({{65534, 0, 65534}, {0}}), 2);  // largest u16 token
     const index_shard s = shard.view();

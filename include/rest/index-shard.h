@@ -127,7 +127,8 @@ class index_shard {
 
     // The range of suffixes that start with `pattern` (empty when it does not occur). An empty pattern gives full().
     sa_range find(std::span<const token_id> pattern) const;
-    // Sub-range of r whose suffixes start with `pattern`. Precondition: every suffix in r shares pattern[0..depth).
+    // Sub-range of r whose suffixes start with `pattern`. Precondition: every suffix in r shares pattern[0..depth)
+    // (which is not read: only pattern[depth..] is compared).
     // Compares whole patterns per probe (one random access per probe instead of one binary search per token):
     // O(log |r|) probes, or over the sample rows where r spans several, plus the galloping to the upper end,
     // O(log |result|). A negative pattern token (k_doc_end) never matches.
