@@ -83,9 +83,11 @@ TEST(draft_search, shard_find_equals_scan) {
             const auto got  = positions_in(s, s.find(pat));
             ASSERT_EQ(got, want) << "vocab " << c.n_vocab << " width " << c.width << " trial " << trial << " sampled " << sampled;
             // The rows' search gives the very range the suffix array's does, its empty ranges' place included.
-            index_shard no_rows = s;
-            no_rows.set_sample_table(nullptr, 0);
-            ASSERT_EQ(s.find(pat), no_rows.find(pat)) << "with and without rows, trial " << trial;
+            if (sampled) {
+                index_shard no_rows = s;
+                no_rows.set_sample_table(nullptr, 0);
+                ASSERT_EQ(s.find(pat), no_rows.find(pat)) << "with and without rows, trial " << trial;
+            }
         }
       }
     }
@@ -116,12 +118,11 @@ TEST(draft_search, shard_narrow_equals_scan) {
             for (std::size_t d = 0; d < pat.size(); ++d) {
                 r = s.narrow(r, static_cast<std::uint32_t>(d), pat[d]);
                 q = no_rows.narrow(q, static_cast<std::uint32_t>(d), pat[d]);
-                ASSERT_EQ(r.size(), q.size()) << "vocab " << c.n_vocab << " trial " << trial << " depth " << d;
+                ASSERT_EQ(r, q) << "vocab " << c.n_vocab << " trial " << trial << " depth " << d;
                 const std::span<const token_id> prefix(pat.data(), d + 1);
                 ASSERT_EQ(positions_in(s, r), rest_ref::occurrences(shard.text, prefix))
                     << "vocab " << c.n_vocab << " trial " << trial << " depth " << d;
                 if (r.empty()) break;
-                ASSERT_EQ(r, q);
             }
         }
     }

@@ -238,6 +238,15 @@ TEST_P(index_lookup, sample_rows_match_naive_reading) {
             // From the pattern's bigram range (depth 2), as the drafter searches.
             rest::sa_bigram_memo memo;
             EXPECT_EQ(rest::sa_find(s, pat, &memo), old->shards()[i].find(pat)) << "shard " << i << " trial " << trial;
+            // Token by token, as the drafter extends a match: by the rows where a range is large, by the suffix
+            // array in the version 2 copy (suffixes that run off the text's end included: a file's last document
+            // has no separator after it).
+            rest::sa_range a = s.full(), b = old->shards()[i].full();
+            for (std::size_t d = 0; d < pat.size(); ++d) {
+                a = s.narrow(a, static_cast<std::uint32_t>(d), pat[d]);
+                b = old->shards()[i].narrow(b, static_cast<std::uint32_t>(d), pat[d]);
+                ASSERT_EQ(a, b) << "narrow, shard " << i << " trial " << trial << " depth " << d;
+            }
         }
     }
 }
@@ -307,8 +316,8 @@ INSTANTIATE_TEST_SUITE_P(widths_and_shards, index_lookup,
                                            lookup_case{151936, 6, 0}, lookup_case{151936, 3, 700},
                                            lookup_case{20000000, 5, 0}));
 
-// Patterns longer than the in-memory samples' keys (12 tokens at 512, 7 at 151936): find() then compares text past
-// the key at the samples' positions. A two-token alphabet with copied blocks makes long runs of equal keys.
+// Patterns longer than the suffix samples' rows (8 tokens): find() then compares the text at a row's suffix where the
+// row agrees with the pattern's first 8. A two-token alphabet with copied blocks makes long runs of equal rows.
 TEST(index_lookup_long, patterns_past_the_sample_keys_match_naive_scan) {
     for (const std::int32_t n_vocab : {512, 151936}) {
         std::mt19937                       rng(17 + n_vocab);

@@ -22,7 +22,6 @@
 #include <memory>
 #include <span>
 #include <stop_token>
-#include <vector>
 
 namespace rest {
 
@@ -62,7 +61,8 @@ class index_shard {
     }
 
     // token_at() for a position known to lie in the text (pos < n_tokens()): no bound check. For loops that check
-    // their whole span once (a pattern's length past a suffix's start) instead of once per token.
+    // their whole span once (find()'s comparisons: a pattern's length past a suffix's start) instead of once per
+    // token.
     token_id token_in(std::uint64_t pos) const {
         if (width_ == 2) {
             const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];

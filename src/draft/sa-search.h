@@ -1,5 +1,5 @@
-// Suffix-array searches for drafting: whole-pattern binary search and the per-request longest-suffix match that
-// is kept up to date as tokens are appended.
+// Suffix-array searches for drafting: whole-pattern searches from memoized bigram ranges (index_shard::find does
+// the search) and the per-request longest-suffix match that is kept up to date as tokens are appended.
 #pragma once
 
 #include "rest/index-shard.h"

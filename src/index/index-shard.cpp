@@ -110,26 +110,12 @@ namespace {
 // probes above that point are shared. Each step prefetches the suffix-array entries of both possible next probes,
 // so a probe waits on one cache miss (the text) instead of two (suffix array, then text).
 template <typename Cmp>
-sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t hi, Cmp && cmp,
-                     const void * text = nullptr, int width = 2) {
+sa_range equal_range(const std::uint32_t * sa, std::uint64_t lo, std::uint64_t hi, Cmp && cmp) {
     while (lo < hi) {
         const std::uint64_t mid = lo + (hi - lo) / 2;
         const std::uint64_t c1  = lo + (mid - lo) / 2, c2 = mid + 1 + (hi - mid - 1) / 2;
         __builtin_prefetch(sa + c1);
         __builtin_prefetch(sa + c2);
-        if (text) {
-            // Two levels ahead: the grandchildren's suffix-array entries, and the text of both children (their
-            // entries came in a step ago), so the next probe's text read is a cache hit rather than a miss.
-            // (Only where a grandchild range is non-empty: the unsigned arithmetic would wrap, which is UB for a
-            // pointer even when only prefetched; the fuzzer's UBSan found it.)
-            __builtin_prefetch(sa + lo + (c1 - lo) / 2);
-            if (mid > c1) __builtin_prefetch(sa + c1 + 1 + (mid - c1 - 1) / 2);
-            __builtin_prefetch(sa + mid + 1 + (c2 - mid - 1) / 2);
-            if (hi > c2) __builtin_prefetch(sa + c2 + 1 + (hi - c2 - 1) / 2);
-            const char * t = static_cast<const char *>(text);
-            if (c1 < mid) __builtin_prefetch(t + (std::uint64_t(sa[c1]) + 1) * width);
-            if (c2 < hi) __builtin_prefetch(t + (std::uint64_t(sa[c2]) + 1) * width);
-        }
         const int c = cmp(mid);
         if (c < 0) {
             lo = mid + 1;
@@ -180,7 +166,8 @@ sa_range index_shard::narrow(sa_range r, std::uint32_t depth, token_id t) const 
     // short match over a frequent bigram's range at every token: the match's time per draft step fell 5-15% on
     // /usr/include and the 602M-token index, the per-step minimum of four runs, two A/B runs each; p99 within the
     // noise). find() reads the pattern from `depth` on only, so the prefix the range shares is left as zeros.
-    if (depth < sample_tokens() && r.size() >= 4 * sample_step()) {
+    if (depth < sample_tokens() && r.size() >= 4 * sample_step() &&
+        (r.hi + sample_step() - 1) / sample_step() <= n_sample_rows_) {
         token_id pat[sample_tokens()] = {};
         pat[depth] = t;
         return find(r, depth, std::span<const token_id>(pat, depth + 1));

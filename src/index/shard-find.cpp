@@ -2,18 +2,29 @@
 // lookup (`rest index query`, find_all).
 #include "rest/index-shard.h"
 
-#include "first-rank.h"
-
 #include <algorithm>
 
 namespace rest {
 
 namespace {
 
+// The first index in [a, b) where a monotone predicate holds (b when none does).
+template <typename Pred> std::uint64_t first_rank(std::uint64_t a, std::uint64_t b, Pred && pred) {
+    while (a < b) {
+        const std::uint64_t m = a + (b - a) / 2;
+        if (pred(m)) b = m; else a = m + 1;
+    }
+    return a;
+}
+
 // <0, 0 or >0 as the suffix at text position pos sorts before, starts with, or sorts after pattern[from..].
+// Where the pattern's whole span lies in the text (almost always), one bound check for the span instead of one per
+// token (that check is what keeps a suffix-array entry past the text from reading outside the mapping).
 inline int compare_at(const index_shard & s, std::uint64_t pos, std::span<const token_id> pattern, std::size_t from) {
+    const std::uint64_t n      = s.n_tokens();
+    const bool          inside = pos < n && pattern.size() <= n - pos;
     for (std::size_t i = from; i < pattern.size(); ++i) {
-        const std::uint64_t a = s.key_at(pos + i);
+        const std::uint64_t a = inside ? s.key_in(pos + i) : s.key_at(pos + i);
         const std::uint64_t b = static_cast<std::uint64_t>(pattern[i]) + 1;
         if (a != b) {
             return a < b ? -1 : 1;
@@ -112,7 +123,7 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
     if (pattern.empty()) {
         return full();
     }
-    if (pattern[0] < 0) {
+    if (std::any_of(pattern.begin(), pattern.end(), [](token_id t) { return t < 0; })) {
         return {0, 0};
     }
     // The first token by the first-token table (O(1)) where the shard has one, the rest by one search comparing
