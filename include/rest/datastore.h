@@ -38,10 +38,10 @@ class datastore {
     // Opens a datastore file or shard directory by mmap. Throws user_error naming the path and the problem
     // (missing, truncated, wrong magic, future version). If expected_fingerprint is non-zero and differs from
     // the index's, throws user_error naming both tokenizers. For lookups, a file of 1 MiB or more (up to half the
-    // RAM) also gets a background thread that maps its pages into the process (its lookup tables first), so lookups
-    // stop taking page faults soon after. A shard of a format version 1 file has no bigram table in the file (8 bytes
-    // per distinct bigram, which makes a bigram's first search a lookup in memory): the thread then builds it at
-    // the lowest CPU priority (index_shard::build_bigrams). REST_INDEX_PREFETCH=0 turns both off; destroying the
+    // RAM) also gets a background thread, at the lowest CPU priority, that maps its pages into the process (its
+    // lookup tables first), so lookups stop taking page faults soon after. A shard of a format version 1 file has no
+    // bigram table in the file (8 bytes per distinct bigram, which makes a bigram's first search a lookup in memory):
+    // the thread then builds it (index_shard::build_bigrams). REST_INDEX_PREFETCH=0 turns both off; destroying the
     // datastore stops the thread within one 32 MiB step or 4,096 suffixes.
     static std::unique_ptr<datastore> open(const std::string & path, std::uint64_t expected_fingerprint = 0,
                                            const std::string & expected_description = "",

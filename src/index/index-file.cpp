@@ -217,6 +217,13 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
     (void) ::madvise(const_cast<std::uint8_t *>(data), size, MADV_HUGEPAGE);
 #endif
     thread_ = std::jthread([data, size, page, then = std::move(then), first = std::move(first)](std::stop_token stop) {
+        // Lowest CPU priority, all along: where every core decodes, this waits instead of slowing the decoding down.
+        // (On Linux a thread's nice value is its own; the "process" id here is the thread's.) At normal priority,
+        // reading a 3.8 GB index from the disk took a core from a two-thread decode: a TinyLlama-shaped Q4_0 model
+        // on 2 vCPUs generated its first 48 tokens at 19-32 tok/s, against 33-41 at nice 19 (five alternated pairs)
+        // and 43-50 without an index. Where a core is free (one decoding thread, or the index in the page cache) it made no difference:
+        // draft-step p99 34-39 us either way on that index, one-shot runs on the demo model and stories260K alike.
+        (void) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
         // First every page is mapped, the tables before the rest of the file (cheap where the page cache holds 2 MiB
         // folios: one entry each); then every page is read once, the tables first again, since mapped is not yet
         // cheap to reach. On a Zen 5 VM (nested paging) a thread's first read of each populated 4 KiB page still
@@ -252,9 +259,6 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
         for (const auto & [off, bytes] : first) each_step(off, bytes, read_in);
         each_step(0, size, read_in);
         if (then && !stop.stop_requested()) {
-            // Lowest priority: where every core decodes, this waits instead of slowing the decoding down. (On Linux
-            // a thread's nice value is its own; the "process" id here is the thread's.)
-            (void) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
             then(stop);
         }
     });

@@ -74,8 +74,8 @@ class page_prefetcher {
     page_prefetcher(const page_prefetcher &) = delete;
     page_prefetcher & operator=(const page_prefetcher &) = delete;
 
-    // Starts mapping [data, data + size) in (once; the range must stay mapped until this object is destroyed), then
-    // runs `then` on the same thread at the lowest CPU priority (work that reads the mapped pages; it must return
+    // Starts mapping [data, data + size) in (once; the range must stay mapped until this object is destroyed) on a
+    // thread at the lowest CPU priority, then runs `then` on it (work that reads the mapped pages; it must return
     // soon once its stop token is set, and what it uses must outlive this object). The (offset, bytes) ranges of
     // `first` go before the rest: small tables that every lookup reads (a fresh process's first lookups fault on
     // what is not mapped yet).
