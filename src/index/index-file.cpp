@@ -221,8 +221,9 @@ void page_prefetcher::start(const std::uint8_t * data, std::uint64_t size, std::
         // (On Linux a thread's nice value is its own; the "process" id here is the thread's.) At normal priority,
         // reading a 3.8 GB index from the disk took a core from a two-thread decode: a TinyLlama-shaped Q4_0 model
         // on 2 vCPUs generated its first 48 tokens at 15-32 tok/s (seven runs), against 33-41 at nice 19 (five,
-        // alternated) and 42-50 without an index. Where a core is free (one decoding thread, or the index in the page cache) it made no difference:
-        // draft-step p99 34-39 us either way on that index, one-shot runs on the demo model and stories260K alike.
+        // alternated) and 42-50 without an index. Where a core is free (one decoding thread, or the index in the
+        // page cache) it made no difference: draft-step p99 34-39 us either way on that index, one-shot runs on the
+        // demo model and stories260K alike.
         (void) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
         // First every page is mapped, the tables before the rest of the file (cheap where the page cache holds 2 MiB
         // folios: one entry each); then every page is read once, the tables first again, since mapped is not yet
