@@ -60,7 +60,8 @@ sa_range find_sampled(const index_shard & shard, sa_range r, std::size_t depth, 
     auto after_row  = [&](std::uint64_t j) { return j == j0 ? r.lo : (j - 1) * step + 1; };
     auto at_row     = [&](std::uint64_t j) { return j < j1 ? j * step : r.hi; };
     const std::uint64_t a = first_rank(after_row(jl), at_row(jl), [&](std::uint64_t k) { return cmp_rank(k) >= 0; });
-    const std::uint64_t e = first_rank(std::max(after_row(ju), a), at_row(ju), [&](std::uint64_t k) { return cmp_rank(k) > 0; });
+    const std::uint64_t e =
+        first_rank(std::max(after_row(ju), a), at_row(ju), [&](std::uint64_t k) { return cmp_rank(k) > 0; });
     return {a, std::max(a, e)};
 }
 
