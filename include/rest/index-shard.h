@@ -63,14 +63,7 @@ class index_shard {
     // token_at() for a position known to lie in the text (pos < n_tokens()): no bound check. For loops that check
     // their whole span once (find()'s comparisons: a pattern's length past a suffix's start) instead of once per
     // token.
-    token_id token_in(std::uint64_t pos) const {
-        if (width_ == 2) {
-            const std::uint16_t v = static_cast<const std::uint16_t *>(text_)[pos];
-            return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);
-        }
-        const std::uint32_t v = static_cast<const std::uint32_t *>(text_)[pos];
-        return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
-    }
+    token_id token_in(std::uint64_t pos) const { return stored_token(text_, pos); }
 
     // Sort key of the text at pos, as suffixes are ordered: running off the text sorts first (a shorter suffix
     // precedes its extensions), a separator after every token. The one definition the searches share.
@@ -100,10 +93,14 @@ class index_shard {
     // n_sample_rows(); UINT64_MAX (a separator's) also where the suffix's text ends, so a row with one compares by
     // the text instead.
     std::uint64_t sample_row_key(std::uint64_t j, std::size_t d) const {
-        const std::uint64_t i = j * sample_tokens() + d;
-        const std::uint32_t v = width_ == 2 ? static_cast<const std::uint16_t *>(sample_rows_)[i]
-                                            : static_cast<const std::uint32_t *>(sample_rows_)[i];
-        return v == (width_ == 2 ? 0xFFFFu : 0xFFFFFFFFu) ? UINT64_MAX : std::uint64_t(v) + 1;
+        const token_id t = stored_token(sample_rows_, j * sample_tokens() + d);
+        return t == k_doc_end ? UINT64_MAX : static_cast<std::uint64_t>(t) + 1;
+    }
+    // Whether find() over r, whose suffixes share `depth` tokens, goes by the sample rows: r is large, the rows hold
+    // a token past its shared ones, and the table covers every rank of r (the datastore checks its size at open).
+    bool rows_cover(sa_range r, std::size_t depth) const {
+        return depth < sample_tokens() && r.size() >= 4 * sample_step() &&
+               (r.hi + sample_step() - 1) / sample_step() <= n_sample_rows_;
     }
     // Installs a sample table read from the index file (n_rows must be ceil(n_sa / sample_step()): the datastore
     // checks it at open; the rows' values are only compared, so wrong ones give wrong ranges, never a bad read).
@@ -159,6 +156,16 @@ class index_shard {
     sa_range run_at(sa_range r, std::uint32_t depth, std::uint64_t rank) const;
 
   private:
+    // Token i of an array stored as the text is (width() bytes each, the width's largest value a separator).
+    token_id stored_token(const void * base, std::uint64_t i) const {
+        if (width_ == 2) {
+            const std::uint16_t v = static_cast<const std::uint16_t *>(base)[i];
+            return v == 0xFFFFu ? k_doc_end : static_cast<token_id>(v);
+        }
+        const std::uint32_t v = static_cast<const std::uint32_t *>(base)[i];
+        return v == 0xFFFFFFFFu ? k_doc_end : static_cast<token_id>(v);
+    }
+
     struct bigrams;                     // the bigram table, shared by copies of the view
     std::shared_ptr<bigrams> bigrams_;
 

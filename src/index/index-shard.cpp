@@ -166,8 +166,7 @@ sa_range index_shard::narrow(sa_range r, std::uint32_t depth, token_id t) const 
     // short match over a frequent bigram's range at every token: the match's time per draft step fell 5-15% on
     // /usr/include and the 602M-token index, the per-step minimum of four runs, two A/B runs each; p99 within the
     // noise). find() reads the pattern from `depth` on only, so the prefix the range shares is left as zeros.
-    if (depth < sample_tokens() && r.size() >= 4 * sample_step() &&
-        (r.hi + sample_step() - 1) / sample_step() <= n_sample_rows_) {
+    if (rows_cover(r, depth)) {
         token_id pat[sample_tokens()] = {};
         pat[depth] = t;
         return find(r, depth, std::span<const token_id>(pat, depth + 1));

@@ -76,9 +76,7 @@ sa_range index_shard::find(sa_range r, std::size_t depth, std::span<const token_
     if (depth >= pattern.size() || r.empty()) {
         return r;
     }
-    // (Rows for every rank of r: the datastore checks a table's size at open, and one too small for r is not used.)
-    if (depth < sample_tokens() && r.size() >= 4 * sample_step() &&
-        (r.hi + sample_step() - 1) / sample_step() <= n_sample_rows_) {
+    if (rows_cover(r, depth)) {
         return find_sampled(*this, r, depth, pattern);
     }
     // Lower bound: first rank whose suffix does not sort before the pattern. Four-way: three probes per round,
