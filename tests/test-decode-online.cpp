@@ -281,6 +281,36 @@ TEST(online_budget, checks_of_plain_decoding_stay_a_small_share_where_plain_pass
                                          << total_us / 1000 << " ms";
 }
 
+TEST(online_budget, plain_is_priced_by_its_steady_passes_not_by_the_change_back_from_drafting) {
+    // As stories260K at -t 2 on a Zen 4 CPU: drafting runs 2-row passes on one thread (250 us for 1.6 tokens, 156 us a
+    // token), plain decoding 1-row passes on two (134 us), and a pass on two threads after one on one pays 300 us to
+    // wake the second. The start-up table, taken on a busier moment, says plain costs 200. Drafting from its first
+    // steps, the policy had seen no steady plain pass: each check (a plain pass right after drafting) read as plain
+    // costing 434 us less a change it had no figure for, and drafting stayed on (800 steps in a traced bench).
+    cost_table c = table_of({1, 2, 4}, {200, 150, 300}, 0);
+    c.threads    = {2, 1, 1};
+    online_budget b(c, no_exploration());
+    int  last_threads = 2;
+    auto pass = [&](std::int32_t rows, std::int32_t threads, double us, std::int64_t tokens, bool drafted) {
+        step_report r        = step_of(rows, us + (threads == 2 && last_threads == 1 ? 300 : 0), 0, tokens, drafted);
+        r.n_threads          = threads;
+        r.n_threads_context  = 2;
+        b.observe_step(r);
+        last_threads = threads;
+    };
+    pass(1, 2, 134, 1, false);  // the process's cold first pass
+    int step = 0;
+    for (; step < 3000 && !b.drafting_off(1); ++step) {
+        if (b.want_draft(1, false)) {
+            pass(2, 1, 250, step % 5 < 3 ? 2 : 1, true);
+        } else {
+            pass(1, 2, 134, 1, false);
+        }
+    }
+    EXPECT_TRUE(b.drafting_off(1)) << "after " << step << " steps";
+    EXPECT_LT(step, 300);
+}
+
 TEST(online_budget, drafting_that_is_never_used_is_switched_off_through_noisy_passes) {
     // Every step drafts (15 us) and the choice verifies nothing, on a machine where one pass in ten is preempted (600
     // us against 100). The loss is exactly the drafting time; compared through the passes' noise it stayed under the

@@ -73,8 +73,13 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
     if (!mode_[c].measured) seed_from_neighbour(c);
     mode & m = mode_[c];
     if (m.off_left == 0) {
+        if (m.check_left > 0) {
+            --m.check_left;
+            return false;
+        }
         if (m.since_plain < plain_interval(m)) return true;
-        m.since_plain = 0;  // measure what plain decoding costs now
+        m.since_plain = 0;  // measure what plain decoding costs now: the check's last pass is a steady one
+        m.check_left  = params_.check_passes - 1;
         return false;
     }
     if (--m.off_left == 0) begin_probe(m);

@@ -503,14 +503,20 @@ void online_budget::observe_step(const step_report & r) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (r.n_rows == (std::int32_t) r.n_requests) {
         if (!r.drafted && left_drafting) m.exit_us = change;  // see mode::exit_us
-        m.since_plain = 0;  // a plain pass: the plain estimate is fresh
-        // As a ratio to the start-up time at this context length, so that it holds at another (attention grows).
-        const double ratio = std::max(0.05 * r.t_pass_us, r.t_pass_us - change) / std::max(1e-9, base);
         if (!warm_up) {
-            m.plain_ratio = m.plain_ratio > 0 ? (1 - params_.plain_ema) * m.plain_ratio + params_.plain_ema * ratio : ratio;
             m.n_plain_seen = std::min(m.n_plain_seen + 1, 1 << 20);  // past 1 / check_ema only the EMA's weight counts
             const double w = std::max(params_.check_ema, 1.0 / (double) m.n_plain_seen);
             m.check_us     = (1 - w) * m.check_us + w * r.t_pass_us;
+        }
+        if (same && !warm_up) {
+            // A steady plain pass (see online_budget_params::check_passes): the plain estimate is fresh. As a ratio to
+            // the start-up time at this context length, so that it holds at another (attention grows).
+            // The first ones replace the start-up table's figure (a mean of them), which was measured once, maybe
+            // on a busier machine: a Zen 4 CPU's table priced plain at 1.5x what its steady passes took.
+            m.since_plain   = 0;
+            m.n_steady      = std::min(m.n_steady + 1, 1 << 20);
+            const double w  = std::max(params_.plain_ema, 1.0 / (double) m.n_steady);
+            m.plain_ratio   = (1 - w) * m.plain_ratio + w * r.t_pass_us / std::max(1e-9, base);
         }
     } else {
         ++m.since_plain;

@@ -62,6 +62,11 @@ struct online_budget_params {
     // plain_cost_frac of the time, over the gain drafting measured (plain_interval()).
     std::int32_t plain_every = 64;
     std::int32_t plain_every_max = 4096;
+    // A check's plain passes in a row. Plain's cost is learned from steady plain passes only (the shape of the pass
+    // before): the first pass after drafting pays a change of shape (llama.cpp's graph, on a CPU the thread count),
+    // which a Zen 4 CPU at two threads put at 0.2-0.35 ms against a 0.13 ms plain pass; less a learned change that
+    // was not yet right, such passes priced plain 2-3x dear and kept a losing draft on for 800 steps.
+    std::int32_t check_passes = 2;
     double       check_ema = 0.02;    // weight of a plain pass in the mean a check costs, after the first 1 / check_ema
     double       plain_cost_frac = 0.01;
     // One request's shapes (rows of its pass): the value of being at each, learned from every step's draft (see
@@ -158,8 +163,10 @@ class online_budget final : public budget_policy {
         std::int32_t steps = 0;     // drafting steps since drafting was (re)switched on
         std::int32_t off_left = 0;  // plain steps left before the next probe
         std::int32_t n_off = 0;     // probes in a row that did not pay
-        std::int32_t since_plain = 0;  // drafting steps since this class last ran a plain pass
-        double       plain_ratio = 0;  // EMA of a plain pass's measured / start-up time, preempted passes included
+        std::int32_t since_plain = 0;  // drafting steps since this class last ran a steady plain pass
+        std::int32_t check_left = 0;   // plain passes left in the check under way
+        std::int32_t n_steady = 0;     // steady plain passes in plain_ratio (the first ones replace the prior)
+        double       plain_ratio = 0;  // EMA of a steady plain pass's measured / start-up time, preempted passes included
         // The mean time of a plain pass (its change of shape included): what a check costs (plain_interval()). A
         // long memory: with a busy core at two threads, plain passes took 0.4-0.7 ms and now and then 4-168 ms, and
         // plain_ratio's EMA forgot each slow one within a few checks, which then took 16-26% of the passes' time.
