@@ -78,8 +78,8 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
             return false;
         }
         if (m.since_plain < plain_interval(m)) return true;
-        m.since_plain = 0;  // measure what plain decoding costs now: the check's last pass is a steady one
-        m.check_left  = params_.check_passes - 1;
+        m.since_plain = 0;  // measure what plain decoding costs now, up to the check's first steady plain pass
+        m.check_left  = std::max(params_.check_passes, params_.check_passes_max) - 1;
         return false;
     }
     if (--m.off_left == 0) begin_probe(m);
@@ -105,18 +105,20 @@ void online_budget::observe_request(bool predicted) {
 }
 
 std::int32_t online_budget::plain_interval(const mode & m) const {
-    // A plain step among drafting ones costs about itself plus a change of shape each way (llama.cpp's graph, and on
+    // A check among drafting steps costs its plain passes plus a change of shape each way (llama.cpp's graph, and on
     // a CPU the thread count): spaced so that this stays near plain_cost_frac / gain of the drafting steps' time.
     if (!(m.t_spent > 0) || !(m.plain_ratio > 0)) return params_.plain_every;
     // Measured, once plain passes were: their mean, the OS's preemptions included, plus the change back to drafting.
     // (Plain passes while drafting is off count too: steady ones, a change short of a check, so checks err frequent.)
-    const double check = m.n_plain_seen > 0 ? m.check_us + rebuild_us()
-                                        : prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
+    const double passes = std::max(1, params_.check_passes);
+    const double check  = m.n_plain_seen > 0 ? passes * m.check_us + rebuild_us()
+                                             : passes * prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
     // And the more drafting gains, the rarer: a check can only turn drafting off where plain decoding has become
     // cheaper by the whole gain (what acceptance does is measured by the drafting steps themselves). With a busy
     // core at two threads, drafting ran 4-10x plain's speed, and the checks took 16-26% of the passes' time.
     // The price: after a slow plain pass, plain's cost and the gain stay high until later checks bring them down
-    // (plain_ratio moves at plain passes only, by plain_ema each), and those may be plain_every_max apart.
+    // (plain_ratio moves at steady plain passes only, by plain_ema each once a few were seen), and those may be
+    // plain_every_max apart.
     const double steps = check * std::max(1.0, m.t_plain / m.t_spent) / (params_.plain_cost_frac * m.t_spent);
     return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }

@@ -472,9 +472,10 @@ void online_budget::observe_step(const step_report & r) {
         } else {
             rebuild_.add(extra_us);
         }
-    } else if (r.n_equal > 0 && base > 0 && t > 0) {
-        // A steady pass, or one of a shape without a fresh estimate (a forced plain step after drafting ones is
-        // always a change): its time less the learned change cost.
+    } else if (r.n_equal > 0 && base > 0 && t > 0 && (same || r.n_rows != (std::int32_t) r.n_requests)) {
+        // A steady pass, or a drafting shape's without a fresh estimate: its time less the learned change cost. (Not a
+        // plain pass after another shape: a check's steady pass follows it, and with the change not yet learned its
+        // time priced plain 2x dear for forget_steps.)
         const double steady = same ? t : std::max(0.05 * t, t - change);
         cost_est &   e      = est_for(r.n_rows, r.n_equal);
         if (n_steps_ - e.at > (std::int64_t) params_.forget_steps) e.n = e.n_measured = 0;  // long unmeasured: afresh
@@ -514,6 +515,7 @@ void online_budget::observe_step(const step_report & r) {
             // The first ones replace the start-up table's figure (a mean of them), which was measured once, maybe
             // on a busier machine: a Zen 4 CPU's table priced plain at 1.5x what its steady passes took.
             m.since_plain   = 0;
+            m.check_left    = 0;  // the check has what it ran for
             m.n_steady      = std::min(m.n_steady + 1, 1 << 20);
             const double w  = std::max(params_.plain_ema, 1.0 / (double) m.n_steady);
             m.plain_ratio   = (1 - w) * m.plain_ratio + w * r.t_pass_us / std::max(1e-9, base);

@@ -57,16 +57,19 @@ struct online_budget_params {
     double       slow_ema = 0.02;       // weight of a pass in its thread count's slowdown (see slowdown())
     std::int32_t probe_steps = 16;      // drafting steps measured before the gain decides
     std::int32_t warm_up_steps = 6;     // a process's first passes, which set no cost estimate (observe_step())
-    // While drafting, a plain step every plain_every to plain_every_max steps, so that the gain compares with what
-    // plain decoding costs now (steps without a draft count too): as often as keeps these checks near
-    // plain_cost_frac of the time, over the gain drafting measured (plain_interval()).
+    // While drafting, a check (plain steps, below) every plain_every to plain_every_max steps, so that the gain
+    // compares with what plain decoding costs now (steps without a draft count too): as often as keeps these checks
+    // near plain_cost_frac of the time, over the gain drafting measured (plain_interval()).
     std::int32_t plain_every = 64;
     std::int32_t plain_every_max = 4096;
-    // A check's plain passes in a row. Plain's cost is learned from steady plain passes only (the shape of the pass
-    // before): the first pass after drafting pays a change of shape (llama.cpp's graph, on a CPU the thread count),
-    // which a Zen 4 CPU at two threads put at 0.2-0.35 ms against a 0.13 ms plain pass; less a learned change that
-    // was not yet right, such passes priced plain 2-3x dear and kept a losing draft on for 800 steps.
+    // A check's plain passes in a row, and at most how many it runs to see a steady one. Plain's cost is learned from
+    // steady plain passes only (the shape of the pass before): the first pass after drafting pays a change of shape
+    // (llama.cpp's graph, on a CPU the thread count), which a Zen 4 CPU at two threads put at 0.2-0.35 ms against a
+    // 0.13 ms plain pass; less a learned change that was not yet right, such passes priced plain 2-3x dear and kept a
+    // losing draft on for 800 steps. A check ends at its first steady plain pass; one that is not (a tree's rows
+    // decoded again, a prompt chunk sharing the pass) makes it go on, up to check_passes_max passes.
     std::int32_t check_passes = 2;
+    std::int32_t check_passes_max = 4;
     double       check_ema = 0.02;    // weight of a plain pass in the mean a check costs, after the first 1 / check_ema
     double       plain_cost_frac = 0.01;
     // One request's shapes (rows of its pass): the value of being at each, learned from every step's draft (see
@@ -185,7 +188,7 @@ class online_budget final : public budget_policy {
         std::int64_t n_rated = 0;   // steps in them
         bool         measured = false; // a gain was measured (or warm-started, or seeded from a neighbour)
         // What the plain pass that ended the last drafting run paid for its change of shape: drafting caused it, so
-        // the next drafting step's side of the gain carries it (the plain side subtracts it from what plain costs).
+        // the next drafting step's side of the gain carries it (plain's side learns from steady passes only).
         double       exit_us = 0;
     };
     void seed_from_neighbour(std::size_t c);
