@@ -110,20 +110,19 @@ for p in parts:
         print(f"- ({p}) no automatic `rest` among the methods"); continue
     mc = j["machine"]
     load_s = f"load {mc['loadavg_start'][0]:.1f} at start, {mc['load1_mean_during']:.1f} mean during"
+    fixed = [x for x in j["methods"] if x["name"].startswith("rest@")]
     if p in ("a", "b"):
         goal = 0.97 if p == "a" else 2.0
         med, tot = r["speedup_median"], r["speedup_total"]
         ok = "meets" if med >= goal else "MISSES"
         extra = ""
         if p == "b":
-            fixed = [x for x in j["methods"] if x["name"].startswith("rest@")]
             extra = "".join(f"; {x['name']} {x['speedup_median']:.2f}x (M {x['M']:.2f})" for x in fixed)
         print(f"- ({p}) {j['label']}: rest {med:.2f}x median per prompt, {tot:.2f}x total time, M {r['M']:.2f}, "
               f"output = plain {r['n_equal_plain']}/{r['n_compared']}{extra}; goal >= {goal}x: {ok} ({load_s}; "
               f"{j['prompts']['n_run']} prompts x {j['n_predict']} tokens, {j['threads']} threads, "
               f"{j.get('draft_layout', '?')} layout)")
     else:
-        fixed = [x for x in j["methods"] if x["name"].startswith("rest@")]
         best = max(fixed, key=lambda x: x["speedup_total"])
         best_med = max(fixed, key=lambda x: x["speedup_median"])
         ratio = r["speedup_total"] / best["speedup_total"]

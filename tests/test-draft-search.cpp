@@ -94,8 +94,8 @@ TEST(draft_search, shard_find_equals_scan) {
 }
 
 // narrow() token by token from the whole shard, as the drafter extends a match: with the suffix samples, a range of
-// 256 ranks or more at a depth under the rows' 8 tokens is narrowed by them (its common prefix read from its first
-// suffix). The same ranges as without them, the positions a scan finds.
+// 256 ranks or more at a depth under the rows' 8 tokens is narrowed by them (its common prefix is not compared: the
+// search reads the pattern from `depth` on). The same ranges as without them, the positions a scan finds.
 TEST(draft_search, shard_narrow_equals_scan) {
     std::mt19937 rng(3);
     for (const corpus_case & c : k_cases) {

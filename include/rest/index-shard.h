@@ -10,10 +10,11 @@
 //   buckets       optional first-token table (n_vocab + 1 u32): [buckets[t], buckets[t+1]) are the ranks of the
 //                 suffixes starting with token t, so the first narrowing step is O(1).
 //
-// Every query is O(log n) per pattern token and touches only the pages it reads. With the index file's suffix
-// samples (format version 3: the first tokens of every 64th suffix, below), find() over a large range searches the
-// contiguous rows first and reads the suffix array and text only in the ranks between two rows: that saves the
-// binary search's cold probes (each a cache and TLB miss).
+// narrow() is O(log n) per pattern token, find() O(log n) probes per pattern; both touch only the pages they read.
+// With the index file's suffix samples (format version 3: the first tokens of every 64th suffix, below), find() over
+// a large range searches the contiguous rows first, and reads the suffix array and text there only for a row that
+// agrees with all its tokens (a longer pattern) or holds a separator, then in the ranks between two rows: that saves
+// most of the binary search's cold probes (each a cache and TLB miss).
 #pragma once
 
 #include "rest/types.h"
@@ -84,8 +85,8 @@ class index_shard {
     std::uint64_t suffix(std::uint64_t rank) const { return sa_[rank]; }
 
     // Suffix samples (the index file's sample section, format version 3): the first sample_tokens() tokens of the
-    // suffix at every sample_step()-th rank, in a contiguous table, so that a search over a large range reads no
-    // suffix-array entry and no text until it is down to the ranks between two rows. 0 rows: none.
+    // suffix at every sample_step()-th rank, in a contiguous table, so that a search over a large range reads the
+    // suffix array and text only for rows its tokens do not decide, and in the ranks between two rows. 0 rows: none.
     std::uint64_t n_sample_rows() const { return n_sample_rows_; }
     static constexpr std::uint64_t sample_step() { return 64; }
     static constexpr std::size_t   sample_tokens() { return 8; }

@@ -79,7 +79,7 @@ bool online_budget::want_draft(std::size_t n_requests, bool predicted) {
         }
         if (m.since_plain < plain_interval(m)) return true;
         m.since_plain = 0;  // measure what plain decoding costs now, up to the check's first steady plain pass
-        m.check_left  = std::max(params_.check_passes, params_.check_passes_max) - 1;
+        m.check_left  = params_.check_passes_max - 1;
         return false;
     }
     if (--m.off_left == 0) begin_probe(m);
@@ -110,9 +110,9 @@ std::int32_t online_budget::plain_interval(const mode & m) const {
     if (!(m.t_spent > 0) || !(m.plain_ratio > 0)) return params_.plain_every;
     // Measured, once plain passes were: their mean, the OS's preemptions included, plus the change back to drafting.
     // (Plain passes while drafting is off count too: steady ones, a change short of a check, so checks err frequent.)
-    const double passes = std::max(1, params_.check_passes);
-    const double check  = m.n_plain_seen > 0 ? passes * m.check_us + rebuild_us()
-                                             : passes * prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
+    // (Two passes: the one that pays the change into plain, and the steady one.)
+    const double check = m.n_plain_seen > 0 ? 2 * m.check_us + rebuild_us()
+                                        : 2 * prior_us((std::int32_t) n_live_, 0, 1) * m.plain_ratio + 2 * rebuild_us();
     // And the more drafting gains, the rarer: a check can only turn drafting off where plain decoding has become
     // cheaper by the whole gain (what acceptance does is measured by the drafting steps themselves). With a busy
     // core at two threads, drafting ran 4-10x plain's speed, and the checks took 16-26% of the passes' time.

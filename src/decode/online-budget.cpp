@@ -14,6 +14,13 @@ double clamped_ema(double x, double obs, double a) {
     return (1 - a) * x + a * std::clamp(obs, 0.5 * x, 2.0 * x);
 }
 
+// x as the mean of its first 1 / a observations (n counts them, capped), then as an EMA of weight a.
+void mean_then_ema(double & x, std::int32_t & n, double obs, double a) {
+    n              = std::min(n + 1, 1 << 20);
+    const double w = std::max(a, 1.0 / (double) n);
+    x              = (1 - w) * x + w * obs;
+}
+
 // A node's drafter score given that its parent is accepted.
 double conditional_score(const draft_tree & t, std::size_t i) {
     const double s = t.scores[i];
@@ -414,6 +421,7 @@ void online_budget::observe_step(const step_report & r) {
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
     const double change = same ? 0.0 : change_us(r.n_threads, last_threads_);  // before last_threads_ moves on
+    const bool   plain_pass = r.n_rows == (std::int32_t) r.n_requests;  // one row per request
     // The last pass drafted, over the same requests (a batch that shrank changes shape whether drafting or not).
     const bool   left_drafting = !same && last_rows_ > last_requests_ && last_requests_ == (std::int32_t) r.n_requests;
     // A process's first pass pays for cold caches and llama.cpp's first graph of its shape (453 us where stories260K's
@@ -472,7 +480,7 @@ void online_budget::observe_step(const step_report & r) {
         } else {
             rebuild_.add(extra_us);
         }
-    } else if (r.n_equal > 0 && base > 0 && t > 0 && (same || r.n_rows != (std::int32_t) r.n_requests)) {
+    } else if (r.n_equal > 0 && base > 0 && t > 0 && (same || !plain_pass)) {
         // A steady pass, or a drafting shape's without a fresh estimate: its time less the learned change cost. (Not a
         // plain pass after another shape: a check's steady pass follows it, and with the change not yet learned its
         // time priced plain 2x dear for forget_steps.)
@@ -502,23 +510,20 @@ void online_budget::observe_step(const step_report & r) {
         interp_step_ = -1;  // the neighbours' ratios read these estimates
     }
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
-    if (r.n_rows == (std::int32_t) r.n_requests) {
+    if (plain_pass) {
         if (!r.drafted && left_drafting) m.exit_us = change;  // see mode::exit_us
         if (!warm_up) {
-            m.n_plain_seen = std::min(m.n_plain_seen + 1, 1 << 20);  // past 1 / check_ema only the EMA's weight counts
-            const double w = std::max(params_.check_ema, 1.0 / (double) m.n_plain_seen);
-            m.check_us     = (1 - w) * m.check_us + w * r.t_pass_us;
-        }
-        if (same && !warm_up) {
-            // A steady plain pass (see online_budget_params::check_passes): the plain estimate is fresh. As a ratio to
-            // the start-up time at this context length, so that it holds at another (attention grows).
-            // The first ones replace the start-up table's figure (a mean of them), which was measured once, maybe
-            // on a busier machine: a Zen 4 CPU's table priced plain at 1.5x what its steady passes took.
-            m.since_plain   = 0;
-            m.check_left    = 0;  // the check has what it ran for
-            m.n_steady      = std::min(m.n_steady + 1, 1 << 20);
-            const double w  = std::max(params_.plain_ema, 1.0 / (double) m.n_steady);
-            m.plain_ratio   = (1 - w) * m.plain_ratio + w * r.t_pass_us / std::max(1e-9, base);
+            mean_then_ema(m.check_us, m.n_plain_seen, r.t_pass_us, params_.check_ema);
+            if (same) {
+                // A steady plain pass (see online_budget_params::check_passes_max): the plain estimate is fresh. As
+                // a ratio to the start-up time at this context length, so that it holds at another (attention
+                // grows). The first ones replace the start-up table's figure (a mean of them), which was measured
+                // once, maybe on a busier machine: a Zen 4 CPU's table priced plain at 1.5x what its steady passes
+                // took.
+                m.since_plain = 0;
+                m.check_left  = 0;  // the check has what it ran for
+                mean_then_ema(m.plain_ratio, m.n_steady, r.t_pass_us / std::max(1e-9, base), params_.plain_ema);
+            }
         }
     } else {
         ++m.since_plain;

@@ -62,13 +62,12 @@ struct online_budget_params {
     // near plain_cost_frac of the time, over the gain drafting measured (plain_interval()).
     std::int32_t plain_every = 64;
     std::int32_t plain_every_max = 4096;
-    // A check's plain passes in a row, and at most how many it runs to see a steady one. Plain's cost is learned from
-    // steady plain passes only (the shape of the pass before): the first pass after drafting pays a change of shape
-    // (llama.cpp's graph, on a CPU the thread count), which a Zen 4 CPU at two threads put at 0.2-0.35 ms against a
-    // 0.13 ms plain pass; less a learned change that was not yet right, such passes priced plain 2-3x dear and kept a
-    // losing draft on for 800 steps. A check ends at its first steady plain pass; one that is not (a tree's rows
-    // decoded again, a prompt chunk sharing the pass) makes it go on, up to check_passes_max passes.
-    std::int32_t check_passes = 2;
+    // At most how many plain passes a check runs to see a steady one. Plain's cost is learned from steady plain
+    // passes only (the shape of the pass before): the first pass after drafting pays a change of shape (llama.cpp's
+    // graph, on a CPU the thread count), which a Zen 4 CPU at two threads put at 0.2-0.35 ms against a 0.13 ms plain
+    // pass; less a learned change that was not yet right, such passes priced plain 2-3x dear and kept a losing draft
+    // on for 800 steps. So a check is two plain passes as a rule, and ends at its first steady one; a pass that is
+    // not (a tree's rows decoded again, a prompt chunk sharing the pass) makes it go on.
     std::int32_t check_passes_max = 4;
     double       check_ema = 0.02;    // weight of a plain pass in the mean a check costs, after the first 1 / check_ema
     double       plain_cost_frac = 0.01;

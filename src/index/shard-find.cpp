@@ -46,10 +46,11 @@ sa_range find_sampled(const index_shard & shard, sa_range r, std::size_t depth, 
             const std::uint64_t a = shard.sample_row_key(j, d);
             const std::uint64_t b = static_cast<std::uint64_t>(pattern[d]) + 1;
             if (a != b) {
-                return a != UINT64_MAX ? (a < b ? -1 : 1) : compare_at(shard, shard.suffix(j * step), pattern, depth);
+                return a != UINT64_MAX ? (a < b ? -1 : 1) : compare_at(shard, shard.suffix(j * step), pattern, d);
             }
         }
-        return w == pattern.size() ? 0 : compare_at(shard, shard.suffix(j * step), pattern, depth);
+        // (The text agrees with the row's tokens up to here: compared from the first one the row did not decide.)
+        return w == pattern.size() ? 0 : compare_at(shard, shard.suffix(j * step), pattern, w);
     };
     auto cmp_rank = [&](std::uint64_t rank) { return compare_at(shard, shard.suffix(rank), pattern, depth); };
     // Rows j0..j1-1 lie in r. The first suffix not before the pattern lies after row jl - 1 and at or before row jl
@@ -126,8 +127,9 @@ sa_range index_shard::find(std::span<const token_id> pattern) const {
         return {0, 0};
     }
     // The first token by the first-token table (O(1)) where the shard has one, the rest by one search comparing
-    // whole suffixes: O(log |range|) probes, against O(|pattern| log |range|) narrowing token by token.
-    return find(narrow(full(), 0, pattern[0]), 1, pattern);
+    // whole suffixes: O(log |range|) probes, against O(|pattern| log |range|) narrowing token by token. Without a
+    // table (the history store, a prediction), one search over the whole shard: the same range, one search fewer.
+    return buckets_ ? find(narrow(full(), 0, pattern[0]), 1, pattern) : find(full(), 0, pattern);
 }
 
 }  // namespace rest
