@@ -434,7 +434,11 @@ void online_budget::observe_step(const step_report & r) {
     // passes where 3 rows run twice as fast per token.
     const bool warm_up = cold || n_steps_ <= params_.warm_up_steps;
     const bool first_use = observe_first_use(r, same, warm_up);
-    if (!warm_up && !first_use && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+    // The first pass after a prompt's pass pays for what the prompt did to the caches (the demo model's 2-row pass:
+    // 413 us there, 209 after a change of shape, 159 steady). As a sample of the change, it priced every change at
+    // 250-310 us where one costs ~45 (bench-verify-shapes), and kept one-request chains at the shape they had.
+    const bool after_other = std::exchange(after_other_, false);
+    if (!warm_up && !first_use && !after_other && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // (A first pass of its shape is slower for being first: cold_us(), not the machine's load.)
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
@@ -460,8 +464,8 @@ void online_budget::observe_step(const step_report & r) {
     const std::int32_t extra = extra_seqs(r.n_equal, r.n_seqs);
     const cost_est * known = find_est(r.n_rows, r.n_equal);
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
-    if (warm_up) {
-        // No estimate from a warm-up pass (see `warm_up` above).
+    if (warm_up || after_other) {
+        // No estimate from a warm-up pass or one after a prompt's (see `warm_up` and `after_other` above).
     } else if (first_use) {
         // Cold: what it took beyond the next pass of its shape (when one follows) is cold_us(); it sets neither a
         // steady estimate (it priced the shape dear for forget_steps) nor the change's (every change). A first pass
