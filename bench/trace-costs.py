@@ -5,7 +5,8 @@ REST_BUDGET_TRACE=FILE (src/decode/budget-trace.h) records every step each budge
 single-request passes of all policies in it this prints, on stdout, a cost table of that machine's steady pass times
 ("rest-cost 4 ..."; for --true-costs: shapes seen in at least --min-samples passes that followed a pass of their
 own shape, medians), and on stderr what else the replay can be told:
-  - rebuild: what a pass after another shape took beyond its shape's steady median (the table's change of shape);
+  - rebuild: what a pass after another shape took beyond its shape's steady median (the table's change of shape;
+    the first pass after a prompt's is no sample of it: it pays for what the prompt did to the caches);
   - jitter: the spread of steady passes around their shape's median, as a lognormal sigma (1.4826 x the median
     absolute deviation of log(time / median)), and their mean over median (heavy tails: preempted passes);
   - cold: what a shape's first pass in a process took beyond a change into it (--cold-us), median and count.
@@ -88,21 +89,23 @@ def main(argv):
     seen = set()  # (process, rows): a shape's first pass in a process is cold
     for name, passes in seq.items():
         process = name.split("#", 1)[1].split(".", 1)[0] if "#" in name else name
-        last = None
+        last, after_other = None, False
         for p in passes:
             if p is None:
-                last = None
+                last, after_other = None, True
                 continue
             rows, threads, us = p
             if (process, rows) not in seen:
                 seen.add((process, rows))
                 first[rows].append(us)
+            elif after_other:
+                pass  # pays for what the prompt did to the caches: neither a steady pass nor a change of shape
             elif last == rows:
                 steady[rows].append(us)
                 threads_of[rows] = threads
             else:
                 changed[rows].append(us)
-            last = rows
+            last, after_other = rows, False
     med = {r: statistics.median(v) for r, v in steady.items() if len(v) >= min_samples}
     extra = [us - med[r] for r, v in changed.items() if r in med for us in v]
     rebuild = max(0.0, statistics.median(extra)) if extra else 0.0

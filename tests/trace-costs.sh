@@ -43,6 +43,35 @@ read -r magic version attn rebuild n r1 r2 r3 t1 t2 t3 th1 th2 th3 batches rest 
 grep -q "cold first pass +1000.0 us median over 6 " "$dir/err.txt" || fail "cold: $(cat "$dir/err.txt")"
 grep -q "jitter sigma 0.000" "$dir/err.txt" || fail "jitter: $(cat "$dir/err.txt")"
 
+# Requests that keep to their shape: each first pass after a prompt's pays 400 us for the prompt's aftermath, which is
+# no change of shape; the two true changes (+50 us) are what the rebuild must be.
+python3 - "$dir/prompts.tsv" <<'PY'
+import sys
+out = open(sys.argv[1], "w")
+step, last = 0, None
+def put(rows, us):
+    global step
+    step += 1
+    out.write(f"auto#21.1\t{step}\t{rows}\t1\t1\t1\t1\t100\t{us:.1f}\t3.0\t2\t1\t0\n")
+for rows in (1, 5):
+    for k in range(4):
+        put(rows, {1: 100.0, 5: 300.0}[rows] + (0 if k else 1000))  # first passes of the process, then steady
+for i in range(12):
+    rows = (1, 5)[i % 2]
+    out.write("auto#21.1\tother\n")
+    put(rows, {1: 100.0, 5: 300.0}[rows] + 400)
+    for k in range(6):
+        put(rows, {1: 100.0, 5: 300.0}[rows])
+    if i in (3, 8):  # a change of shape within the request, and back
+        other = 6 - rows
+        put(other, {1: 100.0, 5: 300.0}[other] + 50)
+        put(rows, {1: 100.0, 5: 300.0}[rows] + 50)
+out.close()
+PY
+"$src/bench/trace-costs.py" "$dir/prompts.tsv" > "$dir/prompts.txt" 2> "$dir/err4.txt" || fail "prompts: exit $?: $(cat "$dir/err4.txt")"
+read -r magic version attn rebuild n rest < "$dir/prompts.txt" || true
+[ "$rebuild" = "50.000" ] || fail "prompts: rebuild $rebuild (the passes after prompts are no change of shape)"
+
 # Without --policy the other policy's 3-row passes (after no pass of their shape in their instance... and then
 # steadily) join the table.
 "$src/bench/trace-costs.py" "$dir/trace.tsv" > "$dir/all.txt" 2>/dev/null || fail "all policies: exit $?"
