@@ -413,6 +413,22 @@ TEST(online_budget, the_plain_pass_that_ends_a_drafting_run_is_charged_to_drafti
     EXPECT_GT(b.gain(1), 0.85);
 }
 
+TEST(online_budget, the_pass_after_a_prompt_is_charged_to_neither_side_of_the_gain) {
+    // Short requests one after another: drafting pays (2 tokens in 160 us against plain's 2 x 100), but each
+    // request's first step follows its prompt's pass and takes 400 us more, as a plain step there would. Charged to
+    // drafting, those steps made it look level with plain (2,040 us against 2,000 a request).
+    online_budget b(rebuild_table(), no_exploration());
+    plain_steps(b);
+    b.observe_step(step_of(1, 100, 4, 1, true));  // the process's first draft (cold caches: not counted)
+    for (int request = 0; request < 30; ++request) {
+        b.observe_other_pass();
+        b.observe_step(step_of(2, 160 + 400, 0, 2, true));
+        for (int k = 0; k < 9; ++k) b.observe_step(step_of(2, 160, 0, 2, true));
+    }
+    EXPECT_FALSE(b.drafting_off(1));
+    EXPECT_GT(b.gain(1), 1.2) << "drafting's steps earn 200 us of plain decoding for 160";
+}
+
 TEST(online_budget_run, malformed_warm_state_is_ignored) {
     budget_state bad;
     bad.acceptance.assign(3, {5, 9});  // wrong size (and accepted > n)

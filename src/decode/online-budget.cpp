@@ -516,7 +516,7 @@ void online_budget::observe_step(const step_report & r) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (plain_pass) {
         if (!r.drafted && left_drafting) m.exit_us = change;  // see mode::exit_us
-        if (!warm_up) {
+        if (!warm_up && !after_other) {
             mean_then_ema(m.check_us, m.n_plain_seen, r.t_pass_us, params_.check_ema);
             if (same) {
                 // A steady plain pass (see online_budget_params::check_passes_max): the plain estimate is fresh. As
@@ -550,8 +550,9 @@ void online_budget::observe_step(const step_report & r) {
         const double per = r.t_draft_us / (double) std::max(1, r.n_asked);
         t_draft_node_us_ = t_draft_node_us_ == 0 ? per : 0.9 * t_draft_node_us_ + 0.1 * per;
     }
-    // Not in the warm-up either: plain's side of the gain leaves those passes out, so drafting's must too.
-    if (r.drafted && r.n_requests > 0 && !warm_up) update_gain(r, same, explored);
+    // Not in the warm-up either: plain's side of the gain leaves those passes out, so drafting's must too. Nor after
+    // a prompt's pass, which a plain step would have paid for as well (see after_other).
+    if (r.drafted && r.n_requests > 0 && !warm_up && !after_other) update_gain(r, same, explored);
 }
 
 budget_state online_budget::export_state() const {
