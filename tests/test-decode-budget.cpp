@@ -145,6 +145,27 @@ TEST(online_budget, calibration_learns_realised_acceptance) {
     EXPECT_GT(b.calibrated(u.scores[0], 4), 0.9);
 }
 
+TEST(online_budget, estimates_that_run_high_for_the_verified_nodes_are_scaled_down) {
+    // Bins that cannot learn (a prior of a million pseudo-observations) claim 0.9 a level; the chains verified
+    // realise one node in two. Rows cost 50 us beyond a 100 us plain step: at the claim three nodes pay, at what the
+    // verified nodes realised none do. Only the comparison of predicted with realised can see it.
+    online_budget_params p = no_exploration();
+    p.prior_weight         = 1e6;
+    online_budget      b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    const draft_tree   t = chain(3, 0.9f);
+    const std::int32_t first[] = {0};
+    ASSERT_EQ(choose_one(b, t), 3);
+    for (int i = 0; i < 100; ++i) b.observe_acceptance(t, 3, i % 2 ? std::span<const std::int32_t>(first) : std::span<const std::int32_t>());
+    EXPECT_NEAR(b.calibrated(0.9f, 1), 0.9, 1e-3) << "the bins did not move";
+    EXPECT_NEAR(b.optimism(), 0.5, 0.01) << "0.5 accepted a draft where 2.44 were predicted: at the floor";
+    EXPECT_EQ(choose_one(b, t), 0);
+    // Drafts accepted as predicted bring it back.
+    const std::int32_t all[] = {0, 1, 2};
+    for (int i = 0; i < 2000; ++i) b.observe_acceptance(t, 3, i % 5 ? std::span<const std::int32_t>(all) : std::span<const std::int32_t>(first));
+    EXPECT_GT(b.optimism(), 0.95);
+    EXPECT_EQ(choose_one(b, t), 3);
+}
+
 TEST(online_budget, calibration_learned_at_depth_one_applies_at_every_depth) {
     // A drafter that halves its score per level (single-occurrence continuations) while every node is accepted.
     // Verifying only first nodes must teach the policy that deep nodes pay too (conditional calibration).

@@ -124,6 +124,11 @@ void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<do
     }
 }
 
+double online_budget::optimism() const {
+    constexpr double k_pseudo = 4.0;
+    return std::clamp((realised_ + k_pseudo) / (predicted_ + k_pseudo), 0.5, 1.0);
+}
+
 std::vector<double> online_budget::path_probabilities(const draft_tree & t) const {
     std::vector<double> v;
     fill_path_probabilities(t, v);
@@ -233,7 +238,11 @@ const online_budget::batch & online_budget::prepare(std::span<const budget_query
         b.pad[i] = n_tree == 0 ? 0 : b.cap[i];
         b.lim[i] = std::min(n_tree, b.pad[i]);
         b.prob[i].clear();
-        if (b.lim[i] > 0) fill_path_probabilities(*qs[i].tree, b.prob[i]);
+        if (b.lim[i] > 0) {
+            fill_path_probabilities(*qs[i].tree, b.prob[i]);
+            const double f = optimism();
+            for (double & v : b.prob[i]) v *= f;
+        }
         b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
         b.lim_max = std::max(b.lim_max, b.lim[i]);
         b.pad_max = std::max(b.pad_max, b.pad[i]);
@@ -393,6 +402,13 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
                                        std::span<const std::int32_t> path) {
     // A node tells about its conditional probability only if its parent was accepted (or is the root).
     const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
+    if (n > 0) {  // what the bins predicted for the verified nodes, before they learn from them
+        fill_path_probabilities(tree, verified_probs_);
+        double predicted = 0;
+        for (std::int32_t i = 0; i < n; ++i) predicted += verified_probs_[(std::size_t) i];
+        predicted_ = params_.optimism_memory * predicted_ + predicted;
+        realised_  = params_.optimism_memory * realised_ + (double) path.size();
+    }
     std::vector<char> & accepted = accepted_;
     accepted.assign((std::size_t) std::max(n, 0), 0);
     for (std::int32_t v : path) {

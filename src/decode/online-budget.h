@@ -5,7 +5,9 @@
 //
 // Three estimates, each measured online and corrected every step:
 //  - acceptance: the chance a node is accepted once its parent is, per source and drafter-score bin (the drafter's
-//    own score is the prior, prior_weight pseudo-observations strong);
+//    own score is the prior, prior_weight pseudo-observations strong), times a correction of at most 1: what the
+//    verified nodes realised over what was predicted for them (optimism(); the choice verifies the nodes whose
+//    estimates run high, so its estimates of them run high: 5% on stories260K);
 //  - cost: the time of a whole step (forward pass, walk and commit; drafting apart) per shape, as a ratio to the
 //    start-up table, which is only the prior; one request's drafting shape never measured takes its measured
 //    neighbours' figures (interpolated in rows, on its thread count; where it has none, and for other shapes, the
@@ -46,6 +48,7 @@ template <class T> T & per_threads(std::vector<T> & v, std::int32_t threads, con
 struct online_budget_params {
     std::int32_t n_max = 64;            // hard cap on nodes per request
     double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score
+    double       optimism_memory = 0.995;  // weight of the past in optimism()'s sums (~200 verified drafts)
     double       bin_cap = 2000;        // evidence per acceptance bin is capped, so a new workload moves it
     double       time_ema = 0.05;       // weight of a new step in the cost ratio shared by all shapes
     double       forget_steps = 500;    // a cost estimate not re-measured fades linearly to the shared ratio: half-way
@@ -125,6 +128,10 @@ class online_budget final : public budget_policy {
     double calibrated(float score, std::uint8_t sources) const;
     // Path probabilities of every node of t: products of calibrated() along each path.
     std::vector<double> path_probabilities(const draft_tree & t) const;
+    // What the choice multiplies path probabilities by: accepted nodes over predicted, over the drafts verified
+    // lately (4 pseudo-nodes at 1), within [0.5, 1]. Above 1 it would say the estimates run low, which the bins
+    // themselves correct; the choice's own selection only makes them run high.
+    double optimism() const;
     // Predicted time of a step's pass (all but drafting), steady shape; n_equal as in step_report.
     // n_seqs as in step_report: in the tree layout each leaf beyond one per request costs seq_us() more (llama.cpp's
     // unified KV pool pays per sequence: a 13-row tree of 5 leaves took 4.9 ms on stories260K where a 13-row chain
@@ -318,6 +325,9 @@ class online_budget final : public budget_policy {
     batch                                       scratch_;     // per-step scratch of choose() and choose_equal()
     std::vector<std::size_t>                    next_;
     std::vector<char>                           accepted_;
+    std::vector<double>                         verified_probs_;  // observe_acceptance()'s scratch
+    double                                      predicted_ = 0;   // decayed sums over verified drafts: accepted
+    double                                      realised_  = 0;   // nodes predicted, and accepted (optimism())
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
     // neighbour_ratio()'s figures for every row count, filled once per step, and fill_neighbour_ratios()' scratch.
