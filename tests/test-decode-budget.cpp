@@ -166,6 +166,18 @@ TEST(online_budget, estimates_that_run_high_for_the_verified_nodes_are_scaled_do
     EXPECT_EQ(choose_one(b, t), 3);
 }
 
+TEST(online_budget, an_unrelated_predicted_output_does_not_scale_the_other_sources_down) {
+    // A request's prediction that is never accepted is that request's affair (its own bins and classes): the
+    // correction for the retrieval sources must not take it as their estimates running high.
+    online_budget_params p = no_exploration();
+    p.prior_weight         = 1e6;
+    online_budget    b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    const draft_tree predicted = chain(3, 0.9f, (std::uint8_t) draft_source::prediction);
+    for (int i = 0; i < 100; ++i) b.observe_acceptance(predicted, 3, {});
+    EXPECT_DOUBLE_EQ(b.optimism(), 1.0);
+    EXPECT_EQ(choose_one(b, chain(3, 0.9f)), 3);
+}
+
 TEST(online_budget, calibration_learned_at_depth_one_applies_at_every_depth) {
     // A drafter that halves its score per level (single-occurrence continuations) while every node is accepted.
     // Verifying only first nodes must teach the policy that deep nodes pay too (conditional calibration).

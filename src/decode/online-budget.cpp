@@ -124,6 +124,17 @@ void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<do
     }
 }
 
+namespace {
+
+// A draft with the request's predicted output in it: exact or unrelated as a whole, calibrated per request (its own
+// classes and bins), so what it realises says nothing of the other sources' estimates, nor they of its.
+bool has_prediction(const draft_tree & t) {
+    const auto bit = (std::uint8_t) draft_source::prediction;
+    return std::any_of(t.sources.begin(), t.sources.end(), [&](std::uint8_t s) { return (s & bit) != 0; });
+}
+
+}  // namespace
+
 double online_budget::optimism() const {
     constexpr double k_pseudo = 4.0;
     return std::clamp((realised_ + k_pseudo) / (predicted_ + k_pseudo), 0.5, 1.0);
@@ -240,7 +251,7 @@ const online_budget::batch & online_budget::prepare(std::span<const budget_query
         b.prob[i].clear();
         if (b.lim[i] > 0) {
             fill_path_probabilities(*qs[i].tree, b.prob[i]);
-            const double f = optimism();
+            const double f = has_prediction(*qs[i].tree) ? 1.0 : optimism();
             for (double & v : b.prob[i]) v *= f;
         }
         b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
@@ -402,7 +413,7 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
                                        std::span<const std::int32_t> path) {
     // A node tells about its conditional probability only if its parent was accepted (or is the root).
     const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
-    if (n > 0) {  // what the bins predicted for the verified nodes, before they learn from them
+    if (n > 0 && !has_prediction(tree)) {  // what the bins predicted for the verified nodes, before they learn
         fill_path_probabilities(tree, verified_probs_);
         double predicted = 0;
         for (std::int32_t i = 0; i < n; ++i) predicted += verified_probs_[(std::size_t) i];

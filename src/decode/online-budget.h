@@ -130,7 +130,8 @@ class online_budget final : public budget_policy {
     std::vector<double> path_probabilities(const draft_tree & t) const;
     // What the choice multiplies path probabilities by: accepted nodes over predicted, over the drafts verified
     // lately (4 pseudo-nodes at 1), within [0.5, 1]. Above 1 it would say the estimates run low, which the bins
-    // themselves correct; the choice's own selection only makes them run high.
+    // themselves correct; the choice's own selection only makes them run high. Drafts with a predicted output in
+    // them neither feed it nor take it.
     double optimism() const;
     // Predicted time of a step's pass (all but drafting), steady shape; n_equal as in step_report.
     // n_seqs as in step_report: in the tree layout each leaf beyond one per request costs seq_us() more (llama.cpp's
