@@ -166,6 +166,37 @@ TEST(online_budget, estimates_that_run_high_for_the_verified_nodes_are_scaled_do
     EXPECT_EQ(choose_one(b, t), 3);
 }
 
+TEST(online_budget, a_correction_that_stops_every_draft_wears_off) {
+    // The correction at its floor verifies no node, so no draft could ever bring it back: it must fade with the
+    // steps themselves (here after ~1,900 plain steps, where 0.556 makes one node pay again).
+    online_budget_params p = no_exploration();
+    p.prior_weight         = 1e6;
+    online_budget      b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    const draft_tree   t = chain(3, 0.9f);
+    const std::int32_t first[] = {0};
+    for (int i = 0; i < 100; ++i) b.observe_acceptance(t, 3, i % 2 ? std::span<const std::int32_t>(first) : std::span<const std::int32_t>());
+    ASSERT_EQ(choose_one(b, t), 0);
+    int step = 0;
+    for (; step < 6000 && choose_one(b, t) == 0; ++step) b.observe_step(step_of(1, 100));
+    EXPECT_LT(step, 6000) << "still no draft verified";
+    EXPECT_GT(step, 1000) << "what the verified drafts showed was forgotten at once";
+}
+
+TEST(online_budget, padding_the_walk_accepts_is_not_counted_as_a_drafted_node_realised) {
+    // A 1-node draft padded to 3 rows (a steady shape): the walk accepted the pad rows too, which were predicted
+    // nothing. Counted, they made the drafts look better than predicted and held the correction at 1.
+    online_budget_params p = no_exploration();
+    p.prior_weight         = 1e6;
+    online_budget      b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    draft_tree         padded = chain(1, 0.9f);
+    padded.add(100, 0, 0.0f, 0);  // the decoder's fill: scores 0, no source
+    padded.add(100, 1, 0.0f, 0);
+    const std::int32_t pads[] = {0, 1, 2};
+    for (int i = 0; i < 50; ++i) b.observe_acceptance(padded, 1, {});    // the drafted node rejected ...
+    for (int i = 0; i < 70; ++i) b.observe_acceptance(padded, 1, pads);  // ... or accepted with its pads
+    EXPECT_NEAR(b.optimism(), (70 + 4) / (120 * 0.9 + 4), 0.01) << "70 accepted where 108 were predicted";
+}
+
 TEST(online_budget, an_unrelated_predicted_output_does_not_scale_the_other_sources_down) {
     // A request's prediction that is never accepted is that request's affair (its own bins and classes): the
     // correction for the retrieval sources must not take it as their estimates running high.
@@ -176,6 +207,12 @@ TEST(online_budget, an_unrelated_predicted_output_does_not_scale_the_other_sourc
     for (int i = 0; i < 100; ++i) b.observe_acceptance(predicted, 3, {});
     EXPECT_DOUBLE_EQ(b.optimism(), 1.0);
     EXPECT_EQ(choose_one(b, chain(3, 0.9f)), 3);
+    // Nor does the other sources' correction scale a prediction down.
+    const draft_tree   retrieved = chain(3, 0.9f);
+    for (int i = 0; i < 100; ++i) b.observe_acceptance(retrieved, 3, {});
+    ASSERT_NEAR(b.optimism(), 0.5, 1e-9);
+    EXPECT_EQ(choose_one(b, retrieved), 0);
+    EXPECT_EQ(choose_one(b, predicted), 3);
 }
 
 TEST(online_budget, calibration_learned_at_depth_one_applies_at_every_depth) {

@@ -126,11 +126,13 @@ void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<do
 
 namespace {
 
-// A draft with the request's predicted output in it: exact or unrelated as a whole, calibrated per request (its own
-// classes and bins), so what it realises says nothing of the other sources' estimates, nor they of its.
-bool has_prediction(const draft_tree & t) {
+// Whether a draft's first n nodes (those verified) hold the request's predicted output: exact or unrelated as a
+// whole, calibrated per request (its own classes and bins), so what it realises says nothing of the other sources'
+// estimates, nor they of its.
+bool has_prediction(const draft_tree & t, std::size_t n) {
     const auto bit = (std::uint8_t) draft_source::prediction;
-    return std::any_of(t.sources.begin(), t.sources.end(), [&](std::uint8_t s) { return (s & bit) != 0; });
+    const auto end = t.sources.begin() + (std::ptrdiff_t) std::min(n, t.sources.size());
+    return std::any_of(t.sources.begin(), end, [&](std::uint8_t s) { return (s & bit) != 0; });
 }
 
 }  // namespace
@@ -251,7 +253,7 @@ const online_budget::batch & online_budget::prepare(std::span<const budget_query
         b.prob[i].clear();
         if (b.lim[i] > 0) {
             fill_path_probabilities(*qs[i].tree, b.prob[i]);
-            const double f = has_prediction(*qs[i].tree) ? 1.0 : optimism();
+            const double f = has_prediction(*qs[i].tree, b.lim[i]) ? 1.0 : optimism();
             for (double & v : b.prob[i]) v *= f;
         }
         b.prob[i].resize(b.pad[i], 0.0);  // padding is worth nothing
@@ -413,12 +415,11 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
                                        std::span<const std::int32_t> path) {
     // A node tells about its conditional probability only if its parent was accepted (or is the root).
     const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
-    if (n > 0 && !has_prediction(tree)) {  // what the bins predicted for the verified nodes, before they learn
+    if (n > 0 && !has_prediction(tree, (std::size_t) n)) {  // what the bins predicted, before they learn from it
         fill_path_probabilities(tree, verified_probs_);
-        double predicted = 0;
-        for (std::int32_t i = 0; i < n; ++i) predicted += verified_probs_[(std::size_t) i];
-        predicted_ = params_.optimism_memory * predicted_ + predicted;
-        realised_  = params_.optimism_memory * realised_ + (double) path.size();
+        for (std::int32_t i = 0; i < n; ++i) predicted_ += verified_probs_[(std::size_t) i];
+        // Accepted drafted nodes only: padding (past n), which the walk may accept too, was predicted nothing.
+        realised_ += (double) std::count_if(path.begin(), path.end(), [&](std::int32_t v) { return v >= 0 && v < n; });
     }
     std::vector<char> & accepted = accepted_;
     accepted.assign((std::size_t) std::max(n, 0), 0);
@@ -465,7 +466,12 @@ void online_budget::observe_step(const step_report & r) {
     // 413 us there, 209 after a change of shape, 159 steady). As a sample of the change, it priced every change at
     // 250-310 us where one costs ~45 (bench-verify-shapes), and kept one-request chains at the shape they had.
     const bool after_other = std::exchange(after_other_, false);
-    if (!warm_up && !first_use && !after_other && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
+    const bool measured    = !warm_up && !after_other;  // a pass that says what passes cost
+    // Both of optimism()'s sums fade every step, verified or not, so a correction that stopped the drafts it would
+    // learn from wears off (over ~500 steps) instead of holding for the rest of the process.
+    predicted_ *= params_.optimism_memory;
+    realised_ *= params_.optimism_memory;
+    if (measured && !first_use && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // (A first pass of its shape is slower for being first: cold_us(), not the machine's load.)
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
         // average: preempted passes included, before this pass moves the estimates.
@@ -491,7 +497,7 @@ void online_budget::observe_step(const step_report & r) {
     const std::int32_t extra = extra_seqs(r.n_equal, r.n_seqs);
     const cost_est * known = find_est(r.n_rows, r.n_equal);
     const bool       fresh = known && n_steps_ - known->at <= (std::int64_t) params_.forget_steps;
-    if (warm_up || after_other) {
+    if (!measured) {
         // No estimate from a warm-up pass or one after a prompt's (see `warm_up` and `after_other` above).
     } else if (first_use) {
         // Cold: what it took beyond the next pass of its shape (when one follows) is cold_us(); it sets neither a
@@ -543,7 +549,7 @@ void online_budget::observe_step(const step_report & r) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     if (plain_pass) {
         if (!r.drafted && left_drafting) m.exit_us = change;  // see mode::exit_us
-        if (!warm_up && !after_other) {
+        if (measured) {
             mean_then_ema(m.check_us, m.n_plain_seen, r.t_pass_us, params_.check_ema);
             if (same) {
                 // A steady plain pass (see online_budget_params::check_passes_max): the plain estimate is fresh. As
@@ -579,7 +585,7 @@ void online_budget::observe_step(const step_report & r) {
     }
     // Not in the warm-up either: plain's side of the gain leaves those passes out, so drafting's must too. Nor after
     // a prompt's pass, which a plain step would have paid for as well (see after_other).
-    if (r.drafted && r.n_requests > 0 && !warm_up && !after_other) update_gain(r, same, explored);
+    if (r.drafted && r.n_requests > 0 && measured) update_gain(r, same, explored);
 }
 
 budget_state online_budget::export_state() const {

@@ -48,7 +48,7 @@ template <class T> T & per_threads(std::vector<T> & v, std::int32_t threads, con
 struct online_budget_params {
     std::int32_t n_max = 64;            // hard cap on nodes per request
     double       prior_weight = 4.0;    // pseudo-observations behind the drafter's own score
-    double       optimism_memory = 0.995;  // weight of the past in optimism()'s sums (~200 verified drafts)
+    double       optimism_memory = 0.998;  // what optimism()'s sums keep of the past each step (~500 steps)
     double       bin_cap = 2000;        // evidence per acceptance bin is capped, so a new workload moves it
     double       time_ema = 0.05;       // weight of a new step in the cost ratio shared by all shapes
     double       forget_steps = 500;    // a cost estimate not re-measured fades linearly to the shared ratio: half-way
@@ -128,10 +128,10 @@ class online_budget final : public budget_policy {
     double calibrated(float score, std::uint8_t sources) const;
     // Path probabilities of every node of t: products of calibrated() along each path.
     std::vector<double> path_probabilities(const draft_tree & t) const;
-    // What the choice multiplies path probabilities by: accepted nodes over predicted, over the drafts verified
-    // lately (4 pseudo-nodes at 1), within [0.5, 1]. Above 1 it would say the estimates run low, which the bins
-    // themselves correct; the choice's own selection only makes them run high. Drafts with a predicted output in
-    // them neither feed it nor take it.
+    // What the choice multiplies path probabilities by: accepted drafted nodes over predicted, over the drafts
+    // verified lately (4 pseudo-nodes at 1), within [0.5, 1]. Above 1 it would say the estimates run low, which the
+    // bins themselves correct; the choice's own selection only makes them run high. Drafts whose verified nodes hold
+    // a predicted output neither feed it nor take it.
     double optimism() const;
     // Predicted time of a step's pass (all but drafting), steady shape; n_equal as in step_report.
     // n_seqs as in step_report: in the tree layout each leaf beyond one per request costs seq_us() more (llama.cpp's
@@ -327,7 +327,7 @@ class online_budget final : public budget_policy {
     std::vector<std::size_t>                    next_;
     std::vector<char>                           accepted_;
     std::vector<double>                         verified_probs_;  // observe_acceptance()'s scratch
-    double                                      predicted_ = 0;   // decayed sums over verified drafts: accepted
+    double                                      predicted_ = 0;   // fading sums over verified drafts: accepted
     double                                      realised_  = 0;   // nodes predicted, and accepted (optimism())
     std::unordered_map<std::uint64_t, cost_est> costs_;       // by shape_key, several requests
     double                                      ratio_all_ = 1.0;  // EMA over every shape
