@@ -145,17 +145,29 @@ TEST(online_budget, calibration_learns_realised_acceptance) {
     EXPECT_GT(b.calibrated(u.scores[0], 4), 0.9);
 }
 
-TEST(online_budget, estimates_that_run_high_for_the_verified_nodes_are_scaled_down) {
-    // Bins that cannot learn (a prior of a million pseudo-observations) claim 0.9 a level; the chains verified
-    // realise one node in two. Rows cost 50 us beyond a 100 us plain step: at the claim three nodes pay, at what the
-    // verified nodes realised none do. Only the comparison of predicted with realised can see it.
+// Bins that cannot learn (a prior of a million pseudo-observations), so that only optimism() can correct what they
+// claim; rows cost 50 us beyond a 100 us plain step.
+online_budget frozen_bins_policy() {
     online_budget_params p = no_exploration();
     p.prior_weight         = 1e6;
-    online_budget      b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    return online_budget(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+}
+
+// 100 verified chains t of 3 nodes, every other one accepting its first node only: 0.5 accepted where 2.44 were
+// predicted at 0.9 a level.
+void verify_one_in_two(online_budget & b, const draft_tree & t) {
+    const std::int32_t first[] = {0};
+    for (int i = 0; i < 100; ++i) b.observe_acceptance(t, 3, i % 2 ? std::span<const std::int32_t>(first) : std::span<const std::int32_t>());
+}
+
+TEST(online_budget, estimates_that_run_high_for_the_verified_nodes_are_scaled_down) {
+    // The bins claim 0.9 a level; the chains verified realise one node in two. At the claim three nodes pay, at what
+    // the verified nodes realised none do. Only the comparison of predicted with realised can see it.
+    online_budget      b = frozen_bins_policy();
     const draft_tree   t = chain(3, 0.9f);
     const std::int32_t first[] = {0};
     ASSERT_EQ(choose_one(b, t), 3);
-    for (int i = 0; i < 100; ++i) b.observe_acceptance(t, 3, i % 2 ? std::span<const std::int32_t>(first) : std::span<const std::int32_t>());
+    verify_one_in_two(b, t);
     EXPECT_NEAR(b.calibrated(0.9f, 1), 0.9, 1e-3) << "the bins did not move";
     EXPECT_NEAR(b.optimism(), 0.5, 0.01) << "0.5 accepted a draft where 2.44 were predicted: at the floor";
     EXPECT_EQ(choose_one(b, t), 0);
@@ -169,12 +181,9 @@ TEST(online_budget, estimates_that_run_high_for_the_verified_nodes_are_scaled_do
 TEST(online_budget, a_correction_that_stops_every_draft_wears_off) {
     // The correction at its floor verifies no node, so no draft could ever bring it back: it must fade with the
     // steps themselves (here after ~1,900 plain steps, where 0.556 makes one node pay again).
-    online_budget_params p = no_exploration();
-    p.prior_weight         = 1e6;
-    online_budget      b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
-    const draft_tree   t = chain(3, 0.9f);
-    const std::int32_t first[] = {0};
-    for (int i = 0; i < 100; ++i) b.observe_acceptance(t, 3, i % 2 ? std::span<const std::int32_t>(first) : std::span<const std::int32_t>());
+    online_budget    b = frozen_bins_policy();
+    const draft_tree t = chain(3, 0.9f);
+    verify_one_in_two(b, t);
     ASSERT_EQ(choose_one(b, t), 0);
     int step = 0;
     for (; step < 6000 && choose_one(b, t) == 0; ++step) b.observe_step(step_of(1, 100));
@@ -185,9 +194,7 @@ TEST(online_budget, a_correction_that_stops_every_draft_wears_off) {
 TEST(online_budget, padding_the_walk_accepts_is_not_counted_as_a_drafted_node_realised) {
     // A 1-node draft padded to 3 rows (a steady shape): the walk accepted the pad rows too, which were predicted
     // nothing. Counted, they made the drafts look better than predicted and held the correction at 1.
-    online_budget_params p = no_exploration();
-    p.prior_weight         = 1e6;
-    online_budget      b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    online_budget      b = frozen_bins_policy();
     draft_tree         padded = chain(1, 0.9f);
     padded.add(100, 0, 0.0f, 0);  // the decoder's fill: scores 0, no source
     padded.add(100, 1, 0.0f, 0);
@@ -200,16 +207,14 @@ TEST(online_budget, padding_the_walk_accepts_is_not_counted_as_a_drafted_node_re
 TEST(online_budget, an_unrelated_predicted_output_does_not_scale_the_other_sources_down) {
     // A request's prediction that is never accepted is that request's affair (its own bins and classes): the
     // correction for the retrieval sources must not take it as their estimates running high.
-    online_budget_params p = no_exploration();
-    p.prior_weight         = 1e6;
-    online_budget    b(table_of({1, 2, 3, 4, 8}, {100, 150, 200, 250, 450}), p);
+    online_budget    b = frozen_bins_policy();
     const draft_tree predicted = chain(3, 0.9f, (std::uint8_t) draft_source::prediction);
     for (int i = 0; i < 100; ++i) b.observe_acceptance(predicted, 3, {});
     EXPECT_DOUBLE_EQ(b.optimism(), 1.0);
     EXPECT_EQ(choose_one(b, chain(3, 0.9f)), 3);
     // Nor does the other sources' correction scale a prediction down.
-    const draft_tree   retrieved = chain(3, 0.9f);
-    for (int i = 0; i < 100; ++i) b.observe_acceptance(retrieved, 3, {});
+    const draft_tree retrieved = chain(3, 0.9f);
+    verify_one_in_two(b, retrieved);
     ASSERT_NEAR(b.optimism(), 0.5, 1e-9);
     EXPECT_EQ(choose_one(b, retrieved), 0);
     EXPECT_EQ(choose_one(b, predicted), 3);
