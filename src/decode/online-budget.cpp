@@ -116,9 +116,10 @@ double online_budget::calibrated(float score, std::uint8_t sources) const {
     return (b.accepted + params_.prior_weight * s) / (b.n + params_.prior_weight);
 }
 
-void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<double> & v) const {
-    v.resize(t.size());
-    for (std::size_t i = 0; i < t.size(); ++i) {
+void online_budget::fill_path_probabilities(const draft_tree & t, std::vector<double> & v, std::size_t n) const {
+    n = std::min(n, t.size());  // a parent comes before its children: the first n nodes are a tree
+    v.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
         const double c = calibrated((float) conditional_score(t, i), t.sources[i]);
         v[i]           = t.parents[i] < 0 ? c : v[t.parents[i]] * c;
     }
@@ -252,7 +253,7 @@ const online_budget::batch & online_budget::prepare(std::span<const budget_query
         b.lim[i] = std::min(n_tree, b.pad[i]);
         b.prob[i].clear();
         if (b.lim[i] > 0) {
-            fill_path_probabilities(*qs[i].tree, b.prob[i]);
+            fill_path_probabilities(*qs[i].tree, b.prob[i], b.lim[i]);
             const double f = has_prediction(*qs[i].tree, b.lim[i]) ? 1.0 : optimism();
             for (double & v : b.prob[i]) v *= f;
         }
@@ -416,7 +417,7 @@ void online_budget::observe_acceptance(const draft_tree & tree, std::int32_t n_v
     // A node tells about its conditional probability only if its parent was accepted (or is the root).
     const std::int32_t n = std::min(n_verified, (std::int32_t) tree.size());
     if (n > 0 && !has_prediction(tree, (std::size_t) n)) {  // what the bins predicted, before they learn from it
-        fill_path_probabilities(tree, verified_probs_);
+        fill_path_probabilities(tree, verified_probs_, (std::size_t) n);
         for (std::int32_t i = 0; i < n; ++i) predicted_ += verified_probs_[(std::size_t) i];
         // Accepted drafted nodes only: padding (past n), which the walk may accept too, was predicted nothing.
         realised_ += (double) std::count_if(path.begin(), path.end(), [&](std::int32_t v) { return v >= 0 && v < n; });
@@ -465,7 +466,7 @@ void online_budget::observe_step(const step_report & r) {
     // The first pass after a prompt's pass pays for what the prompt did to the caches (the demo model's 2-row pass:
     // 413 us there, 209 after a change of shape, 159 steady). As a sample of the change, it priced every change at
     // 250-310 us where one costs ~45 (bench-verify-shapes), and kept one-request chains at the shape they had.
-    const bool after_other = std::exchange(after_other_, false);
+    const bool after_other = last_rows_ == 0;  // (observe_other_pass(), or no pass yet: then warm_up too)
     const bool measured    = !warm_up && !after_other;  // a pass that says what passes cost
     // Both of optimism()'s sums fade every step, verified or not, so a correction that stopped the drafts it would
     // learn from wears off (over ~500 steps) instead of holding for the rest of the process.

@@ -111,10 +111,8 @@ class online_budget final : public budget_policy {
     std::int32_t choose_equal(std::span<const budget_query> queries) override;
     void observe_warm_up(std::int32_t max_rows) override;
     // A pass with another request's prompt rows ran on the context's threads, in a shape of its own.
-    void observe_other_pass() override {
-        last_rows_ = 0; last_requests_ = 0; last_seqs_ = 0; last_threads_ = context_threads_;
-        after_other_ = true;
-    }
+    // (observe_step() takes no cost sample from the pass after it: see after_other there.)
+    void observe_other_pass() override { last_rows_ = 0; last_requests_ = 0; last_seqs_ = 0; last_threads_ = context_threads_; }
     void observe_request(bool predicted) override;  // a prediction: its classes probe afresh if switched off
     std::int32_t threads_for(std::int32_t n_rows, std::size_t n_requests) const override {
         return table_.threads_for(n_rows, n_requests);
@@ -296,7 +294,8 @@ class online_budget final : public budget_policy {
         std::int32_t                     n_past  = 0;  // mean committed tokens
     };
     const batch & prepare(std::span<const budget_query> qs);  // into scratch_
-    void fill_path_probabilities(const draft_tree & t, std::vector<double> & out) const;
+    // Of t's first n nodes (all by default).
+    void fill_path_probabilities(const draft_tree & t, std::vector<double> & out, std::size_t n = SIZE_MAX) const;
     // The request to explore when the best choice is plain, and how many of its first nodes (nq: none).
     // extra_us: what the exploring pass costs beyond the plain one (the exploration budget must cover it).
     std::pair<std::size_t, std::int32_t> exploration(std::span<const budget_query> qs, const batch & b,
@@ -356,7 +355,6 @@ class online_budget final : public budget_policy {
     std::vector<std::pair<double, std::int64_t>> ratio_threads_;
     std::vector<std::pair<double, std::int64_t>> slow_threads_;    // [threads]: EMA of time over typical time, step
     std::int32_t                                last_threads_ = 0; // threads of the last observed pass (0: unknown)
-    bool                                        after_other_ = false;  // the next pass follows another batch (see observe_step())
     std::int32_t                                context_threads_ = 0; // the context's threads (plain passes')
     std::size_t                                 n_live_ = 1;       // requests of the batch being priced
     cost_est                                    seq_;              // microseconds an extra sequence added
