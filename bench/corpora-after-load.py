@@ -10,11 +10,12 @@ Exit status 0 only when the corpus drafts as before and every text equals plain 
 import concurrent.futures as cf
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+import rest_serve  # bench/rest_serve.py
 
 PROMPT = 'Once upon a time'
 
@@ -26,14 +27,8 @@ def main():
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
     work = tempfile.mkdtemp(prefix='corpora-after-load.')
     log = open(f'{work}/serve.log', 'w')
-    # Port 0: the server binds a free one and says which on its first line (as bench/server-bench.py starts it).
-    srv = subprocess.Popen([rest, 'serve', '-m', model, '--corpus-dir', f'{work}/corpora', '-t', '1', '--np', '4',
-                            '--draft-fixed', '8', '--port', '0'], stdout=subprocess.PIPE, stderr=log, text=True)
-    line = srv.stdout.readline()
-    if 'listening on http://' not in line:
-        srv.kill()
-        sys.exit(f'rest serve did not start: {line!r}; see {work}/serve.log')
-    port = int(line.strip().rsplit(':', 1)[1])
+    srv, port = rest_serve.start([rest, 'serve', '-m', model, '--corpus-dir', f'{work}/corpora', '-t', '1', '--np',
+                                  '4', '--draft-fixed', '8', '--port', '0'], log)
 
     def call(path, body=None):
         data = None if body is None else json.dumps(body).encode()

@@ -16,22 +16,17 @@ text the stream holds back), as median and p99 in ms.
 import argparse
 import http.client
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
+
+import rest_serve  # bench/rest_serve.py
 
 
 def start_server(a):
     cmd = [a.rest_bin, "serve", "-m", a.model, "--port", "0", "--np", "2", "-c", str(a.ctx), "-t", str(a.threads)]
     cmd += a.server_arg
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(a.log, "a"), text=True)
-    line = p.stdout.readline()
-    if "listening on http://" not in line:
-        p.kill()
-        sys.exit("server did not start: %r (%s)" % (line, " ".join(cmd)))
-    return p, int(line.strip().rsplit(":", 1)[1])
+    return rest_serve.start(cmd, open(a.log, "a"))
 
 
 def itl_histogram(port):

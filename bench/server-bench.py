@@ -18,22 +18,16 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+import rest_serve  # bench/rest_serve.py
 
 
 def start_server(a, spec):
     cmd = [a.rest_bin, "serve", "-m", a.model, "--port", "0", "--np", str(a.slots), "-t", str(a.threads)]
     cmd += ["--index", a.index] + a.spec_arg if spec else ["--no-spec"]
     cmd += a.server_arg
-    log = open(os.path.join(a.tmp, "server-bench.log"), "a")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    line = p.stdout.readline()
-    if "listening on http://" not in line:
-        p.kill()
-        sys.exit("server did not start: %r (%s)" % (line, " ".join(cmd)))
-    return p, int(line.strip().rsplit(":", 1)[1])
+    return rest_serve.start(cmd, open(os.path.join(a.tmp, "server-bench.log"), "a"))
 
 
 def stream_one(port, prompt, max_tokens):

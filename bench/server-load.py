@@ -25,6 +25,8 @@ import threading
 import time
 import urllib.parse
 
+import rest_serve  # bench/rest_serve.py
+
 KINDS = [  # (name, weight)
     ("complete", 25), ("complete_stream", 15), ("chat", 10), ("chat_stream", 15),
     ("malformed", 10), ("bad_key", 5), ("vanish_stream", 12), ("vanish_blocking", 8),
@@ -254,12 +256,8 @@ def main():
         log = open(os.path.join(tmp, "server-load.log"), "w")
         cmd = [a.rest_bin, "serve", "-m", model, "--port", "0", "--np", str(a.slots), "-t", str(a.threads),
                "-c", str(256 * a.slots), "--api-key", a.api_key] + a.server_arg
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        line = proc.stdout.readline()
-        if "listening on http://" not in line:
-            proc.kill()
-            sys.exit("server did not start: %r (see %s)" % (line, log.name))
-        host, port = "127.0.0.1", int(line.strip().rsplit(":", 1)[1])
+        proc, port = rest_serve.start(cmd, log)
+        host = "127.0.0.1"
 
     cl = Client(host, port, a.api_key, timeout=120)
     rng = random.Random(a.seed)
