@@ -128,11 +128,10 @@ def run(a, mode, span=None):
         ttft = time.monotonic() - t0
         h1 = itl_histogram(port)
         n1 = sum(events)
-        done = not a_thread.is_alive()
+        if not a_thread.is_alive():  # (its connection is closed: nothing to shut down)
+            sys.exit("A ended before B's first token: raise --max-tokens")
         conn[0].sock.shutdown(2)
         a_thread.join(timeout=60)
-        if done:
-            sys.exit("A ended before B's first token: raise --max-tokens")
         return window(h0, h1), ttft, (n0, n1)
     finally:
         p.terminate()
