@@ -123,13 +123,23 @@ std::int32_t online_budget::plain_interval(const mode & m) const {
     return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }
 
+double online_budget::gain_pass_us(const step_report & r) const {
+    // A preempted pass counts as at most preempt_cap typical passes of its shape. With a busy core at two threads
+    // on a Zen 4 CPU, 3-12% of passes waited 4-5 ms for it (20x a 1-row pass) and a few 30-140 ms: drafting that lost
+    // 25% by the mean stayed on for a thousand steps, its loss within a spread those few passes made. Capped, a
+    // preempted pass still counts against the shape it hit (on more threads a pass is preempted more often: see
+    // slowdown()), with a spread the test can see past.
+    const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs);
+    return typical > 0 ? std::min(r.t_pass_us, params_.preempt_cap * typical) : r.t_pass_us;
+}
+
 void online_budget::update_gain(const step_report & r, bool same, bool explored) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
-    // per request. Like with like, both sides are means of measured steps (but see steady_plain below; plain steps
-    // are measured every plain_interval()): a shape's median, which the per-step choice prices, leaves out the steps
-    // the OS preempted, and on a busy machine a pass on more threads is preempted more often (the mean of a 2-thread
-    // plain pass was 4x its median there, a 1-thread drafting pass's 2x).
+    // per request. Like with like, both sides are means of measured steps, each pass capped (gain_pass_us(); but
+    // see steady_plain below; plain steps are measured every plain_interval()): a shape's median, which the per-step
+    // choice prices, leaves out the steps the OS preempted, and on a busy machine a pass on more threads is preempted
+    // more often (on a Zen 5 CPU the mean of a 2-thread plain pass was 4x its median, a 1-thread drafting pass's 2x).
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
     // Until a plain step is measured, the estimate of the first drafting step, frozen: the shared ratio that
     // unmeasured shapes fade to moves with the drafting passes, and plain's side must not move with what it is
@@ -152,7 +162,7 @@ void online_budget::update_gain(const step_report & r, bool same, bool explored)
     // budget, not from drafting as chosen (counted as a step whose loss is its own spread, one explored node among
     // steps that verified nothing held drafting on, and unwound its back-off, for a hundred steps at a time).
     const bool   steady_plain = (r.n_rows == (std::int32_t) r.n_requests && same) || explored;
-    const double spent        = (steady_plain ? plain : r.t_pass_us) + r.t_draft_us + m.exit_us;
+    const double spent        = (steady_plain ? plain : gain_pass_us(r)) + r.t_draft_us + m.exit_us;
     m.exit_us          = 0;
     // The spread of the loss (spent - plain), from the steps whose pass time it holds. A steady plain step's loss
     // is its drafting time (and the exit charge), exactly: counted in the spread, a stretch of them (a probe where

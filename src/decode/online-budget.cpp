@@ -560,7 +560,7 @@ void online_budget::observe_step(const step_report & r) {
                 // took.
                 m.since_plain = 0;
                 m.check_left  = 0;  // the check has what it ran for
-                mean_then_ema(m.plain_ratio, m.n_steady, r.t_pass_us / std::max(1e-9, base), params_.plain_ema);
+                mean_then_ema(m.plain_ratio, m.n_steady, gain_pass_us(r) / std::max(1e-9, base), params_.plain_ema);
             }
         }
     } else {

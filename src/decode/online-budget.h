@@ -55,6 +55,9 @@ struct online_budget_params {
                                         // after this many steps, all the way after twice as many
     double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
     double       loss_z = 2.0;          // drafting is switched off when its loss exceeds this many standard errors
+    // In the realised gain, on both sides, a pass counts at most this multiple of its shape's typical time (see
+    // gain_pass_us()).
+    double       preempt_cap = 4.0;
     double       plain_ema = 0.1;       // weight of a new plain step in what plain decoding costs per token
     double       rate_ema = 0.02;       // weight of a step in the rate decoding runs at (see worth())
     double       slow_ema = 0.02;       // weight of a pass in its thread count's slowdown (see slowdown())
@@ -177,7 +180,7 @@ class online_budget final : public budget_policy {
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a steady plain pass
         std::int32_t check_left = 0;   // plain passes left in the check under way
         std::int32_t n_steady = 0;     // steady plain passes in plain_ratio (the first ones replace the prior)
-        double       plain_ratio = 0;  // EMA of a steady plain pass's measured / start-up time, preempted passes included
+        double       plain_ratio = 0;  // EMA of a steady plain pass's measured / start-up time (gain_pass_us())
         // The mean time of a plain pass (its change of shape included): what a check costs (plain_interval()). A
         // long memory: with a busy core at two threads, plain passes took 0.4-0.7 ms and now and then 4-168 ms, and
         // plain_ratio's EMA forgot each slow one within a few checks, which then took 16-26% of the passes' time.
@@ -317,6 +320,7 @@ class online_budget final : public budget_policy {
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
     // same: the pass had the last pass's shape; explored: its choice explored (exploration(), charged to its budget).
     void  update_gain(const step_report & r, bool same, bool explored);
+    double gain_pass_us(const step_report & r) const;  // the pass's time as the realised gain counts it
 
     cost_table                                  table_;
     online_budget_params                        params_;
