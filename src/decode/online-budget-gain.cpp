@@ -123,23 +123,27 @@ std::int32_t online_budget::plain_interval(const mode & m) const {
     return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }
 
-double online_budget::gain_pass_us(const step_report & r) const {
+online_budget::gain_caps online_budget::gain_caps_of(const step_report & r, double change) const {
     // A preempted pass counts as at most preempt_cap typical passes of its shape. With a busy core at two threads
     // on a Zen 4 CPU, 3-12% of passes waited 4-5 ms for it (20x a 1-row pass) and a few 30-140 ms: drafting that lost
-    // 25% by the mean stayed on for a thousand steps, its loss within a spread those few passes made. Capped, a
-    // preempted pass still counts against the shape it hit (on more threads a pass is preempted more often: see
-    // slowdown()), with a spread the test can see past.
+    // 25% by the mean stayed on for a thousand steps at a time, its loss within a spread those few passes made. Capped,
+    // a preempted pass still counts against the shape it hit (on more threads a pass is preempted more often: see
+    // slowdown()), with a spread the test can see past. Typical is what the estimates said before this pass (its own
+    // time in a median of few would lift its own cap), plus the change of shape it paid, which only its time measures.
+    gain_caps    c;
     const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs);
-    return typical > 0 ? std::min(r.t_pass_us, params_.preempt_cap * typical) : r.t_pass_us;
+    if (typical > 0) c.pass_us = params_.preempt_cap * typical + change;
+    if (t_draft_us_ > 0) c.draft_us = params_.preempt_cap * t_draft_us_;
+    return c;
 }
 
-void online_budget::update_gain(const step_report & r, bool same, bool explored) {
+void online_budget::update_gain(const step_report & r, bool same, bool explored, const gain_caps & caps) {
     mode & m = mode_[bucket(r.n_requests, r.predicted)];
     // Plain decoding's time for the same tokens: a plain pass over these requests (one row each) emits one token
-    // per request. Like with like, both sides are means of measured steps, each pass capped (gain_pass_us(); but
+    // per request. Like with like, both sides are means of measured steps, each pass capped (gain_caps_of(); but
     // see steady_plain below; plain steps are measured every plain_interval()): a shape's median, which the per-step
     // choice prices, leaves out the steps the OS preempted, and on a busy machine a pass on more threads is preempted
-    // more often (on a Zen 5 CPU the mean of a 2-thread plain pass was 4x its median, a 1-thread drafting pass's 2x).
+    // more often (the mean of a 2-thread plain pass was 4x its median there, a 1-thread drafting pass's 2x).
     const std::size_t plain_equal = r.n_equal == 1 ? 1 : r.n_requests;
     // Until a plain step is measured, the estimate of the first drafting step, frozen: the shared ratio that
     // unmeasured shapes fade to moves with the drafting passes, and plain's side must not move with what it is
@@ -162,7 +166,8 @@ void online_budget::update_gain(const step_report & r, bool same, bool explored)
     // budget, not from drafting as chosen (counted as a step whose loss is its own spread, one explored node among
     // steps that verified nothing held drafting on, and unwound its back-off, for a hundred steps at a time).
     const bool   steady_plain = (r.n_rows == (std::int32_t) r.n_requests && same) || explored;
-    const double spent        = (steady_plain ? plain : gain_pass_us(r)) + r.t_draft_us + m.exit_us;
+    const double spent        = (steady_plain ? plain : std::min(r.t_pass_us, caps.pass_us)) +
+                                std::min(r.t_draft_us, caps.draft_us) + m.exit_us;
     m.exit_us          = 0;
     // The spread of the loss (spent - plain), from the steps whose pass time it holds. A steady plain step's loss
     // is its drafting time (and the exit charge), exactly: counted in the spread, a stretch of them (a probe where
@@ -183,8 +188,8 @@ void online_budget::update_gain(const step_report & r, bool same, bool explored)
     if (m.steps < params_.probe_steps || m.var_steps < params_.probe_steps) return;
     if (m.t_spent - m.t_plain > loss_noise(m)) {
         // Drafting, as chosen, is slower than plain decoding was, by more than the steps' spread explains (on a busy
-        // machine a step the OS preempted costs 10-100x its median, on either side): plain steps only, then
-        // probe again.
+        // machine a step the OS preempted costs 10-100x its median, on either side, and counts up to preempt_cap
+        // times it here): plain steps only, then probe again.
         m.off_left = std::min(params_.off_max, params_.off_min << std::min(m.n_off, 16));
         m.n_off    = std::min(m.n_off + 1, 16);
     } else if (m.steps % params_.probe_steps == 0 && m.t_spent <= m.t_plain) {

@@ -450,6 +450,7 @@ void online_budget::observe_step(const step_report & r) {
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
     const double change = same ? 0.0 : change_us(r.n_threads, last_threads_);  // before last_threads_ moves on
+    const gain_caps caps = gain_caps_of(r, change);  // before this pass moves the estimates
     const bool   plain_pass = r.n_rows == (std::int32_t) r.n_requests;  // one row per request
     // The last pass drafted, over the same requests (a batch that shrank changes shape whether drafting or not).
     const bool   left_drafting = !same && last_rows_ > last_requests_ && last_requests_ == (std::int32_t) r.n_requests;
@@ -560,7 +561,7 @@ void online_budget::observe_step(const step_report & r) {
                 // took.
                 m.since_plain = 0;
                 m.check_left  = 0;  // the check has what it ran for
-                mean_then_ema(m.plain_ratio, m.n_steady, gain_pass_us(r) / std::max(1e-9, base), params_.plain_ema);
+                mean_then_ema(m.plain_ratio, m.n_steady, std::min(t, caps.pass_us) / std::max(1e-9, base), params_.plain_ema);
             }
         }
     } else {
@@ -586,7 +587,7 @@ void online_budget::observe_step(const step_report & r) {
     }
     // Not in the warm-up either: plain's side of the gain leaves those passes out, so drafting's must too. Nor after
     // a prompt's pass, which a plain step would have paid for as well (see after_other).
-    if (r.drafted && r.n_requests > 0 && measured) update_gain(r, same, explored);
+    if (r.drafted && r.n_requests > 0 && measured) update_gain(r, same, explored, caps);
 }
 
 budget_state online_budget::export_state() const {

@@ -17,7 +17,8 @@
 //    and what a shape's first pass in the process costs over its second (cold_us()), which those passes do not set;
 //  - gain: per batch-size class (and apart for passes with a predicted output), the time plain decoding would have taken for the tokens drafting steps emitted,
 //    over the time they took (drafting included, and the graph rebuild of the plain pass that ends a drafting run;
-//    a process's first pass, cold, is not measured), both means of measured steps, except that a steady plain step
+//    a process's first pass, cold, is not measured), both means of measured steps (each step's pass and drafting
+//    counted at most preempt_cap times their typical time: a preempted pass cannot hide a loss), except that a steady plain step
 //    of the drafting regime is charged plain's estimate plus its drafting time. This is the check the others answer
 //    to: the per-step choice maximises the first two's expected tokens net of their time at the rate decoding runs
 //    at (see worth()), and where drafting loses by more than the
@@ -32,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <unordered_map>
 #include <utility>
@@ -55,8 +57,8 @@ struct online_budget_params {
                                         // after this many steps, all the way after twice as many
     double       gain_ema = 0.05;       // weight of a new drafting step in the realised gain (after the first ones)
     double       loss_z = 2.0;          // drafting is switched off when its loss exceeds this many standard errors
-    // In the realised gain, on both sides, a pass counts at most this multiple of its shape's typical time (see
-    // gain_pass_us()).
+    // In the realised gain, on both sides, a pass (or a step's drafting) counts at most this multiple of its typical
+    // time (see gain_caps_of()).
     double       preempt_cap = 4.0;
     double       plain_ema = 0.1;       // weight of a new plain step in what plain decoding costs per token
     double       rate_ema = 0.02;       // weight of a step in the rate decoding runs at (see worth())
@@ -180,7 +182,7 @@ class online_budget final : public budget_policy {
         std::int32_t since_plain = 0;  // drafting steps since this class last ran a steady plain pass
         std::int32_t check_left = 0;   // plain passes left in the check under way
         std::int32_t n_steady = 0;     // steady plain passes in plain_ratio (the first ones replace the prior)
-        double       plain_ratio = 0;  // EMA of a steady plain pass's measured / start-up time (gain_pass_us())
+        double       plain_ratio = 0;  // EMA of a steady plain pass's measured / start-up time (capped: gain_caps_of())
         // The mean time of a plain pass (its change of shape included): what a check costs (plain_interval()). A
         // long memory: with a busy core at two threads, plain passes took 0.4-0.7 ms and now and then 4-168 ms, and
         // plain_ratio's EMA forgot each slow one within a few checks, which then took 16-26% of the passes' time.
@@ -319,8 +321,14 @@ class online_budget final : public budget_policy {
     std::int32_t recent_choice() const;
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
     // same: the pass had the last pass's shape; explored: its choice explored (exploration(), charged to its budget).
-    void  update_gain(const step_report & r, bool same, bool explored);
-    double gain_pass_us(const step_report & r) const;  // the pass's time as the realised gain counts it
+    // The most the realised gain counts a step's pass and drafting at: preempt_cap times what the estimates said
+    // before the step (its shape's typical pass plus the change of shape it paid; the drafting EMA). Set per step.
+    struct gain_caps {
+        double pass_us  = HUGE_VAL;
+        double draft_us = HUGE_VAL;
+    };
+    gain_caps gain_caps_of(const step_report & r, double change) const;
+    void      update_gain(const step_report & r, bool same, bool explored, const gain_caps & caps);
 
     cost_table                                  table_;
     online_budget_params                        params_;
