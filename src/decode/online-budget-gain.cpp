@@ -123,15 +123,14 @@ std::int32_t online_budget::plain_interval(const mode & m) const {
     return (std::int32_t) std::clamp(steps, (double) params_.plain_every, (double) params_.plain_every_max);
 }
 
-online_budget::gain_caps online_budget::gain_caps_of(const step_report & r, double change) const {
+online_budget::gain_caps online_budget::gain_caps_of(double typical, double change) const {
     // A preempted pass counts as at most preempt_cap typical passes of its shape. With a busy core at two threads
     // on a Zen 4 CPU, 3-12% of passes waited 4-5 ms for it (20x a 1-row pass) and a few 30-140 ms: drafting that lost
     // 25% by the mean stayed on for a thousand steps at a time, its loss within a spread those few passes made. Capped,
     // a preempted pass still counts against the shape it hit (on more threads a pass is preempted more often: see
     // slowdown()), with a spread the test can see past. Typical is what the estimates said before this pass (its own
     // time in a median of few would lift its own cap), plus the change of shape it paid, which only its time measures.
-    gain_caps    c;
-    const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs);
+    gain_caps c;
     if (typical > 0) c.pass_us = params_.preempt_cap * typical + change;
     if (t_draft_us_ > 0) c.draft_us = params_.preempt_cap * t_draft_us_;
     return c;

@@ -450,7 +450,10 @@ void online_budget::observe_step(const step_report & r) {
     const bool   same = same_shape(r.n_rows, r.n_equal, r.n_seqs);
     const bool   other_threads = r.n_threads > 0 && last_threads_ > 0 && r.n_threads != last_threads_;
     const double change = same ? 0.0 : change_us(r.n_threads, last_threads_);  // before last_threads_ moves on
-    const gain_caps caps = gain_caps_of(r, change);  // before this pass moves the estimates
+    // What a pass of this shape typically takes, before this pass moves the estimates (the slowdown and the gain's
+    // caps measure the pass against it).
+    const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs);
+    const gain_caps caps = gain_caps_of(typical, change);
     const bool   plain_pass = r.n_rows == (std::int32_t) r.n_requests;  // one row per request
     // The last pass drafted, over the same requests (a batch that shrank changes shape whether drafting or not).
     const bool   left_drafting = !same && last_rows_ > last_requests_ && last_requests_ == (std::int32_t) r.n_requests;
@@ -476,11 +479,10 @@ void online_budget::observe_step(const step_report & r) {
     if (measured && !first_use && r.n_equal > 0 && r.t_pass_us > 0 && r.n_threads > 0 && r.n_threads < k_threads_max) {
         // (A first pass of its shape is slower for being first: cold_us(), not the machine's load.)
         // How much slower than its typical time (the estimates are medians) a pass on these threads runs now, on
-        // average: preempted passes included, before this pass moves the estimates.
-        const double typical = predict_us(r.n_rows, r.n_past, r.n_equal, r.n_seqs) + change;
-        if (typical > 0) {
+        // average: preempted passes included.
+        if (typical + change > 0) {
             auto & [f, at] = per_threads(slow_threads_, r.n_threads, {1.0, 0});
-            f  = (1 - params_.slow_ema) * f + params_.slow_ema * std::clamp(r.t_pass_us / typical, 0.2, 20.0);
+            f  = (1 - params_.slow_ema) * f + params_.slow_ema * std::clamp(r.t_pass_us / (typical + change), 0.2, 20.0);
             at = n_steps_;
         }
     }

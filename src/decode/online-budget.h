@@ -322,12 +322,12 @@ class online_budget final : public budget_policy {
     std::int32_t plain_interval(const mode & m) const;  // drafting steps between plain ones
     // same: the pass had the last pass's shape; explored: its choice explored (exploration(), charged to its budget).
     // The most the realised gain counts a step's pass and drafting at: preempt_cap times what the estimates said
-    // before the step (its shape's typical pass plus the change of shape it paid; the drafting EMA). Set per step.
+    // before the step (typical: its shape's pass, then plus the change of shape it paid; the drafting EMA).
     struct gain_caps {
         double pass_us  = HUGE_VAL;
         double draft_us = HUGE_VAL;
     };
-    gain_caps gain_caps_of(const step_report & r, double change) const;
+    gain_caps gain_caps_of(double typical, double change) const;
     void      update_gain(const step_report & r, bool same, bool explored, const gain_caps & caps);
 
     cost_table                                  table_;
