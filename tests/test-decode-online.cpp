@@ -125,11 +125,8 @@ TEST(online_budget_run, drafting_that_loses_by_its_mean_on_a_busy_machine_is_swi
     // any length loses to plain decoding, by 12% or more by typical times and by 20% or more by means. In rest bench,
     // every preempted pass counted whole, the loss stayed within the spread of the 130 ms passes, and drafting stayed
     // on for a thousand steps at a time (0.78-0.86 of plain).
-    const auto uniform = [](int pass, int salt) {  // in [0, 1): splitmix64 of (pass, salt)
-        std::uint64_t z = (std::uint64_t) pass * 2 + (std::uint64_t) salt + 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return (double) ((z ^ (z >> 31)) >> 11) / (double) (1ull << 53);
+    const auto uniform = [](int pass, int salt) {  // in [0, 1), a fixed function of (pass, salt)
+        return (double) (splitmix((std::uint64_t) pass * 2 + (std::uint64_t) salt) >> 11) * 0x1.0p-53;
     };
     auto busy = [&](int rows, int pass) {
         const double typical = rows == 1 ? 225.0 : 445.0 + 110.0 * (rows - 2);
