@@ -11,7 +11,8 @@
 // Printed: per l, how often a source's prediction at exactly l is right where the suffix occurs; per source, the
 // accuracy of its longest match; "any": some source's longest-match prediction is right (the ceiling of choosing
 // among them); "best rule": the best choice of source per combination of match-length buckets, fitted in-sample
-// (optimistic: it sees the answers); "drafter": the real drafter's first node (rest::drafter, default parameters);
+// (optimistic: it sees the answers); "drafter": the real drafter's first node (rest::drafter, default parameters),
+// of a tree (draft(), the GPU layout's) and of a grown chain (draft_chain(), the CPU layout's);
 // two online rules that choose a source by the running accuracy, over earlier positions only, of its predictions in
 // the same cell of match-length buckets or at the same bucket of its own match length.
 #include "generations.h"
@@ -148,17 +149,24 @@ int main(int argc, char ** argv) {
         // and two online choice rules: per cell of match-length buckets, or per (source, own bucket).
         history_store dhist({.n_tokens_max = 1 << 20});
         drafter       dr(ds.get(), &dhist, drafter_params{});
+        history_store chist({.n_tokens_max = 1 << 20});  // the chain grower's own (draft_chain(), the CPU layout)
+        drafter       dc(ds.get(), &chist, drafter_params{});
+        long chain_hit = 0;
         long drafter_hit = 0, online_cell_hit = 0, online_src_hit = 0;
         online_rule by_cell, by_source;
         for (const auto & s : samples) {
             std::vector<token_id> ctx = s.prompt;
             dr.reset(s.prompt);
+            dc.reset(s.prompt);
             for (token_id target : s.output) {
                 {
                     const draft_tree t = dr.draft(1);
                     drafter_hit += !t.empty() && t.tokens[0] == target;
                     const token_id one[] = {target};
                     dr.accept(one);
+                    const draft_tree c = dc.draft_chain(1, 1, 1, 0.0f);
+                    chain_hit += !c.empty() && c.tokens[0] == target;
+                    dc.accept(one);
                 }
                 ++n_pos;
                 std::array<prediction, k_src> p;
@@ -212,6 +220,7 @@ int main(int argc, char ** argv) {
             seq.insert(seq.end(), s.output.begin(), s.output.end());
             hist.add(seq);
             dr.finish();
+            dc.finish();
         }
         long rule_hit = 0;
         for (const auto & [key, c] : cells) rule_hit += *std::max_element(c.begin(), c.end());
@@ -232,6 +241,7 @@ int main(int argc, char ** argv) {
         std::printf("\nnext token right, share of all positions:\n");
         for (int k = 0; k < k_src; ++k) std::printf("  %-10s longest match  %.3f\n", k_names[k], longest_hit[k] / n);
         std::printf("  drafter's first node      %.3f\n", drafter_hit / n);
+        std::printf("  chain's first node        %.3f\n", chain_hit / n);
         std::printf("  online rule, per cell     %.3f\n  online rule, per source   %.3f\n", online_cell_hit / n,
                     online_src_hit / n);
         std::printf("  best rule (in-sample)     %.3f\n  any source                %.3f\n", rule_hit / n, any_hit / n);
