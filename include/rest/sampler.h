@@ -22,7 +22,10 @@ struct sampler_params {
     float         frequency_penalty = 0.0f;
     std::uint32_t seed             = 0xFFFFFFFFu;  // 0xFFFFFFFF: random
 
-    bool greedy() const { return temp <= 0.0f; }
+    bool penalized() const { return repeat_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f; }
+    // The argmax of the raw logits. A temperature of 0 with penalties is the argmax of the penalized logits, as in
+    // llama.cpp's sampler chain (penalties come first): llama.cpp's chain, not greedy().
+    bool greedy() const { return temp <= 0.0f && !penalized(); }
 };
 
 // Throws user_error naming the first value no sampler can use (NaN, a non-positive top-p or repeat penalty, ...).
@@ -34,7 +37,7 @@ class token_sampler {
     virtual ~token_sampler() = default;
     // Draws a token from the distribution the chain derives from these logits. Consumes randomness.
     virtual token_id sample(std::span<const float> logits) = 0;
-    // Records that t was emitted (penalty state). Called once per emitted token, in order.
+    // Records t in the penalty state: every prompt token, then each emitted token, in order.
     virtual void accept(token_id t) = 0;
     virtual bool is_greedy() const = 0;
 };

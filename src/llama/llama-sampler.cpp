@@ -11,9 +11,13 @@ llama_chain_sampler::llama_chain_sampler(std::int32_t n_vocab, const sampler_par
     cp.no_perf                    = true;
     chain_.reset(llama_sampler_chain_init(cp));
     // Same order as llama.cpp's common sampler defaults: penalties, top-k, top-p, min-p, temperature, dist.
-    if (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    if (p.penalized()) {
         llama_sampler_chain_add(chain_.get(), llama_sampler_init_penalties(n_vocab, p.repeat_last_n, p.repeat_penalty,
                                                                            p.frequency_penalty, p.presence_penalty));
+    }
+    if (p.temp <= 0.0f) {  // greedy with penalties: the truncations below keep the argmax, so it is taken here
+        llama_sampler_chain_add(chain_.get(), llama_sampler_init_greedy());
+        return;
     }
     if (p.top_k > 0) {
         llama_sampler_chain_add(chain_.get(), llama_sampler_init_top_k(p.top_k));
