@@ -144,6 +144,50 @@ TEST_F(ServerApi, ApiKeyIsRequired) {
     }
 }
 
+// What llama-server also serves: its route names without /v1, its ways of sending the key (X-Api-Key, Authorization
+// without "Bearer "), CORS for browser clients (a preflight needs no key), and max_tokens -1 (llama.cpp's web UI).
+TEST_F(ServerApi, LlamaServerAliasesKeysAndCors) {
+    httplib::Client cli("127.0.0.1", srv_->port());
+    const auto pre = cli.Options("/v1/chat/completions", httplib::Headers{{"Origin", "http://ui.example"},
+                                                                          {"Access-Control-Request-Method", "POST"},
+                                                                          {"Access-Control-Request-Headers", "authorization,content-type"}});
+    ASSERT_TRUE(pre);
+    EXPECT_EQ(pre->status, 204);
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "*");
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "authorization,content-type");
+    EXPECT_NE(pre->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+
+    const auto v1 = api().get("/v1/models");
+    ASSERT_EQ(v1.status, 200) << v1.body;
+    for (const auto & [name, value] : std::vector<std::pair<std::string, std::string>>{
+             {"X-Api-Key", k_key}, {"Authorization", k_key}, {"Authorization", std::string("Bearer ") + k_key}}) {
+        const auto r = cli.Get("/models", httplib::Headers{{name, value}, {"Origin", "http://ui.example"}});
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << name << ": " << r->body;
+        EXPECT_EQ(json::parse(r->body), v1.json) << name;
+        EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "*");
+    }
+    const auto bad = cli.Get("/models", httplib::Headers{{"X-Api-Key", "wrong-key"}});
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 401);
+    EXPECT_EQ(client(srv_->port()).get("/v1/health").status, 200) << "no key needed, as for /health";
+
+    json body = completion_body("Once upon a time", 6);
+    const auto a = api().post("/v1/completions", body);
+    const auto b = api().post("/completions", body);
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(b.json["choices"][0]["text"], a.json["choices"][0]["text"]);
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", -1}, {"n_predict", 3},
+                       {"temperature", 0}};
+    const auto c1 = api().post("/v1/chat/completions", chat);
+    const auto c2 = api().post("/chat/completions", chat);
+    ASSERT_EQ(c1.status, 200) << c1.body;
+    ASSERT_EQ(c2.status, 200) << c2.body;
+    EXPECT_EQ(c2.json["choices"][0]["message"], c1.json["choices"][0]["message"]);
+    EXPECT_LE(c1.json["usage"]["completion_tokens"].get<int>(), 3) << "n_predict, read first, limits it";
+}
+
 TEST_F(ServerApi, CompletionsEqualGenerateNoSpec) {
     const int  n   = 40;
     const auto ref = generate_no_spec(model_path_, k_prompts, n, "api-completions");

@@ -111,7 +111,7 @@ TEST(ServerRequest, FieldsAreRead) {
 
 TEST(ServerRequest, BadFieldsAreRefusedWithTheirName) {
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {R"({"prompt": "x", "max_tokens": -1})", "max_tokens"},
+        {R"({"prompt": "x", "max_tokens": -2})", "max_tokens"},
         {R"({"prompt": "x", "max_tokens": 1e3})", "max_tokens"},
         {R"({"prompt": "x", "top_p": 1.5})", "top_p"},
         {R"({"prompt": "x", "min_p": -0.1})", "min_p"},
@@ -175,6 +175,15 @@ TEST(ServerRequest, ForeignFieldsPassOnlyWhereTheyChangeNothing) {
     EXPECT_EQ(status_of(chat + R"("samplers": ["penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "temperature"]})",
                         api_kind::chat),
               200);
+    // And these, from its chat service: reasoning settings that a template without thinking tags ignores, its
+    // typical-p under a name llama-server does not read, unlimited max_tokens, stream keep-alives.
+    EXPECT_EQ(status_of(chat + R"("reasoning_format": "auto", "reasoning_control": true, "backend_sampling": false,
+                                  "typ_p": 0.5, "max_tokens": -1, "sse_ping_interval": 1, "return_progress": true,
+                                  "thinking_budget_tokens": -1, "continue_final_message": false,
+                                  "add_generation_prompt": true, "stream": true})",
+                        api_kind::chat, &why),
+              200)
+        << why;
     const std::vector<std::pair<std::string, std::string>> refused = {
         {R"("mirostat": 2)", "mirostat"},
         {R"("typical_p": 0.5)", "typical_p"},
@@ -193,6 +202,11 @@ TEST(ServerRequest, ForeignFieldsPassOnlyWhereTheyChangeNothing) {
         {R"("reasoning_effort": "low")", "reasoning_effort"},  // llama-server renders it into the chat template
         {R"("json_schema": {})", "json_schema"},            // without a grammar beside it, llama-server makes one
         {R"("samplers": "ekpmti")", "samplers"},            // infill changes the candidates
+        {R"("backend_sampling": true)", "backend_sampling"},
+        {R"("reasoning_format": "deepseek")", "reasoning_format"},  // splits the thinking out of the content
+        {R"("thinking_budget_tokens": 64)", "thinking_budget_tokens"},
+        {R"("continue_final_message": true)", "continue_final_message"},
+        {R"("add_generation_prompt": false)", "add_generation_prompt"},
     };
     for (const auto & [field, name] : refused) {
         std::string param;
@@ -226,6 +240,13 @@ TEST(ServerRequest, NPredictAndMessageContent) {
                   .max_tokens,
               9);
     EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "n_predict": -1})", api_kind::completion).max_tokens, -1);
+    EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "max_tokens": -1, "n_predict": 3})", api_kind::completion)
+                  .max_tokens,
+              3);
+    EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})",
+                                       api_kind::chat)
+                  .max_tokens,
+              -1);
     std::string param;
     EXPECT_EQ(status_of(R"({"prompt": "x", "n_predict": 0})", api_kind::completion, &param), 400);
     EXPECT_EQ(param, "n_predict");

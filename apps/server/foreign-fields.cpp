@@ -22,6 +22,13 @@ bool empty_value(const json & v, const json & = {}) {  // (json::empty() is fals
     return v.is_string() ? v.get_ref<const std::string &>().empty() : (v.is_array() || v.is_object()) && v.empty();
 }
 bool never(const json &, const json &) { return false; }
+bool is_true(const json & v, const json &) { return v.is_boolean() && v.get<bool>(); }
+bool negative(const json & v, const json &) { return v.is_number() && v.get<double>() < 0.0; }
+// llama-server's "none" returns a thinking model's text whole, as this server does; "auto" splits out the thinking
+// only for templates that have it (the web UI sends it on every request), so it is taken as "none".
+bool no_reasoning_split(const json & v, const json &) {
+    return v.is_string() && (v == "none" || v == "auto" || v.get_ref<const std::string &>().empty());
+}
 // llama-server turns a json_schema, {} included, into a grammar, unless the request has a grammar of its own (the
 // web UI sends both, the grammar empty).
 bool schema_without_effect(const json & v, const json & body) {
@@ -96,6 +103,18 @@ constexpr foreign_field k_fields[] = {
     {"return_progress", any, "", k_both},
     {"post_sampling_probs", any, "", k_both},
     {"n_keep", any, "", k_both},  // what a context shift keeps; this server stops at the context's end instead
+    {"sse_ping_interval", any, "", k_both},  // keep-alive comments on a silent stream: not tokens
+    {"backend_sampling", is_false, "false", k_both},
+    // llama.cpp's web UI: a thinking model's text and budget, which only templates with thinking tags act on.
+    {"reasoning_format", no_reasoning_split, "\"none\" or \"auto\" (the text is returned whole)", k_chat},
+    {"reasoning_control", any, "", k_chat},  // arms a budget sampler that ends thinking on request; no request here
+    {"thinking_budget_tokens", negative, "-1", k_chat},
+    {"reasoning_budget_tokens", negative, "-1", k_chat},
+    {"continue_final_message", is_false, "false", k_chat},
+    {"add_generation_prompt", is_true, "true", k_chat},
+    // The web UI sends its typical-p setting as typ_p, a name llama-server does not read (it reads typical_p): the
+    // same output as there, whatever the value.
+    {"typ_p", any, "", k_both},
     // llama-server's samplers this server does not have, at the settings that switch them off ...
     {"typical_p", at_least_one, "1", k_both},
     {"mirostat", is_zero, "0", k_both},

@@ -14,5 +14,9 @@ void reply_error(httplib::Response & res, const api_error & e);
 // HTTP asks, instead of cpp-httplib's 404 (which says the path does not exist).
 void refuse_other_methods(httplib::Server & svr, const std::string & pattern, const std::string & allow);
 
-// The request's bearer token equals key (compared in constant time). An empty key accepts everything.
+// The request's key equals key (compared in constant time): `Authorization: Bearer KEY`, as llama-server also
+// `Authorization: KEY` or `X-Api-Key: KEY`. An empty key accepts everything.
 bool authorized(const httplib::Request & req, const std::string & key);
+
+// CORS: allows any origin on every response; answers a preflight (OPTIONS) itself, with 204, and returns true then.
+bool answer_cors(const httplib::Request & req, httplib::Response & res);

@@ -333,16 +333,21 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     }
 
     const std::int64_t int_max = std::numeric_limits<std::int32_t>::max();
-    spec.max_tokens = (std::int32_t) get_int(body, "max_tokens", -1, 1, int_max);
-    if (kind == api_kind::chat && find(body, "max_completion_tokens")) {
-        spec.max_tokens = (std::int32_t) get_int(body, "max_completion_tokens", -1, 1, int_max);
-    }
-    // llama-server's name for it, which llama-server reads first; -1 there means no limit, as an absent max_tokens.
-    if (find(body, "n_predict")) {
-        spec.max_tokens = (std::int32_t) get_int(body, "n_predict", -1, -1, int_max);
-        if (spec.max_tokens == 0) {
-            throw bad_request("'n_predict' must be -1 (no limit) or positive, got 0", "n_predict");
+    // -1 means no limit, as an absent field, in each: llama-server takes it so (llama.cpp's web UI sends
+    // max_tokens: -1 for "unlimited"). n_predict is llama-server's name, which it reads first.
+    auto limit = [&](const char * key) {
+        const auto n = (std::int32_t) get_int(body, key, -1, -1, int_max);
+        if (n == 0) {
+            throw bad_request("'" + std::string(key) + "' must be -1 (no limit) or positive, got 0", key);
         }
+        return n;
+    };
+    spec.max_tokens = limit("max_tokens");
+    if (kind == api_kind::chat && find(body, "max_completion_tokens")) {
+        spec.max_tokens = limit("max_completion_tokens");
+    }
+    if (find(body, "n_predict")) {
+        spec.max_tokens = limit("n_predict");
     }
     if (get_int(body, "n", 1, 1, int_max) != 1) {
         throw bad_request("'n' must be 1: this server returns one choice per request", "n", "unsupported_parameter");

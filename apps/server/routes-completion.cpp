@@ -169,12 +169,17 @@ void handle_completion(server_state & st, const httplib::Request & req, httplib:
 }  // namespace
 
 void add_completion_routes(httplib::Server & svr, server_state & st) {
-    svr.Post("/v1/completions", [&st](const httplib::Request & req, httplib::Response & res) {
-        handle_completion(st, req, res, api_kind::completion);
-    });
-    svr.Post("/v1/chat/completions", [&st](const httplib::Request & req, httplib::Response & res) {
-        handle_completion(st, req, res, api_kind::chat);
-    });
-    refuse_other_methods(svr, "/v1/completions", "POST");
-    refuse_other_methods(svr, "/v1/chat/completions", "POST");
+    // llama-server serves both under a base URL without /v1 too.
+    for (const char * path : {"/v1/completions", "/completions"}) {
+        svr.Post(path, [&st](const httplib::Request & req, httplib::Response & res) {
+            handle_completion(st, req, res, api_kind::completion);
+        });
+        refuse_other_methods(svr, path, "POST");
+    }
+    for (const char * path : {"/v1/chat/completions", "/chat/completions"}) {
+        svr.Post(path, [&st](const httplib::Request & req, httplib::Response & res) {
+            handle_completion(st, req, res, api_kind::chat);
+        });
+        refuse_other_methods(svr, path, "POST");
+    }
 }

@@ -79,7 +79,8 @@ std::vector<std::string> corpus_texts(const std::string & body_text) {
 }  // namespace
 
 void add_info_routes(httplib::Server & svr, server_state & st) {
-    svr.Get("/health", [&st](const httplib::Request &, httplib::Response & res) {
+    // Each under llama-server's other names too: /v1/health, and /models for clients whose base URL has no /v1.
+    const auto health = [&st](const httplib::Request &, httplib::Response & res) {
         st.metrics.on_request("health");
         const engine_load l = st.eng.load();
         json body = {{"status", st.draining.load() ? "draining" : "ok"},
@@ -88,9 +89,11 @@ void add_info_routes(httplib::Server & svr, server_state & st) {
                      {"slots_idle", l.n_slots - l.n_busy},
                      {"queue", l.n_queued}};
         reply_json(res, st.draining.load() ? 503 : 200, body);
-    });
+    };
+    svr.Get("/health", health);
+    svr.Get("/v1/health", health);
 
-    svr.Get("/v1/models", [&st](const httplib::Request &, httplib::Response & res) {
+    const auto models = [&st](const httplib::Request &, httplib::Response & res) {
         st.metrics.on_request("models");
         const auto & info  = st.model.info();
         json         model = {{"id", st.model_id},
@@ -107,7 +110,9 @@ void add_info_routes(httplib::Server & svr, server_state & st) {
                                 {"speculate", st.params.speculate},
                                 {"datastore", st.datastore != nullptr}}}};
         reply_json(res, 200, json{{"object", "list"}, {"data", json::array({model})}});
-    });
+    };
+    svr.Get("/v1/models", models);
+    svr.Get("/models", models);
 
     svr.Get("/metrics", [&st](const httplib::Request &, httplib::Response & res) {
         st.metrics.on_request("metrics");
@@ -144,6 +149,8 @@ void add_info_routes(httplib::Server & svr, server_state & st) {
             reply_error(res, e);
         }
     });
-    for (const char * path : {"/health", "/v1/models", "/metrics"}) refuse_other_methods(svr, path, "GET");
+    for (const char * path : {"/health", "/v1/health", "/v1/models", "/models", "/metrics"}) {
+        refuse_other_methods(svr, path, "GET");
+    }
     refuse_other_methods(svr, "/v1/corpus", "GET, POST");
 }

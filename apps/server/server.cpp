@@ -203,14 +203,18 @@ void server::impl::setup_http() {
 
     using handler_response = httplib::Server::HandlerResponse;
     http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) -> handler_response {
+        if (answer_cors(req, res)) {
+            return handler_response::Handled;  // a browser's preflight carries no API key
+        }
         if (refuse_unreadable_body(req, res)) {
             return handler_response::Handled;
         }
-        if (req.path == "/health" || authorized(req, params.api_key)) {
+        if (req.path == "/health" || req.path == "/v1/health" || authorized(req, params.api_key)) {
             return handler_response::Unhandled;
         }
         res.set_header("WWW-Authenticate", "Bearer");
-        reply_error(res, api_error(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+        reply_error(res, api_error(401,
+                                   "Incorrect or missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'",
                                    "invalid_request_error", "", "invalid_api_key"));
         return handler_response::Handled;
     });
