@@ -11,6 +11,50 @@ using namespace rest;
 
 namespace {
 
+// An argmax that records what it is told was seen (the penalty window's input).
+struct recording_sampler final : token_sampler {
+    std::vector<token_id> seen;
+    token_id sample(std::span<const float> logits) override { return argmax(logits); }
+    void     accept(token_id t) override { seen.push_back(t); }
+    bool     is_greedy() const override { return true; }
+};
+
+// A sampler is told the whole prompt, then each emitted token, once and in order, as llama.cpp's server feeds its
+// sampler: also when drafts are verified several tokens a step, and when a request reuses a slot's prefix (its
+// prompt is still all in the window, though only the rest of it is processed).
+TEST(slot_batch, each_sampler_sees_its_prompt_then_its_output_once) {
+    rest_test::fake_target m(40, 400, 1, 7);
+    decoder                dec(m, nullptr);
+    slot_batch             batch(dec, 1);
+    auto run = [&](request & r, recording_sampler & s, rest_test::oracle_drafter & d, const std::vector<token_id> & p,
+                   bool reuse) {
+        r.params.n_predict   = 24;
+        r.params.n_draft_max = 8;
+        r.sampler            = &s;
+        r.draft              = &d;
+        batch.start(0, r, p, reuse);
+        for (int steps = 0; !r.done(); ++steps) {
+            ASSERT_LT(steps, 100);
+            batch.step();
+        }
+        batch.release(0);
+        std::vector<token_id> want = p;
+        want.insert(want.end(), r.output.begin(), r.output.end());
+        EXPECT_EQ(s.seen, want);
+        EXPECT_LT(r.stats.n_steps, (std::int64_t) r.output.size()) << "no step verified a draft";
+    };
+    const std::vector<token_id> a_prompt = {1, 2, 3, 4};
+    request                     a, b;
+    recording_sampler           sa, sb;
+    rest_test::oracle_drafter   da(m, 20, 0.9, 2, 6), db(m, 21, 0.9, 2, 6);
+    run(a, sa, da, a_prompt, false);
+    std::vector<token_id> b_prompt = a_prompt;
+    b_prompt.insert(b_prompt.end(), a.output.begin(), a.output.begin() + 6);
+    b_prompt.push_back(5);
+    run(b, sb, db, b_prompt, true);
+    EXPECT_GT(b.stats.n_cached, 0) << "the second request did not reuse the slot's prefix";
+}
+
 TEST(slot_batch, requests_come_and_go_through_the_slots_with_plain_outputs) {
     rest_test::fake_target m(40, 400, 3, 7);
     decoder                dec(m, nullptr);

@@ -113,6 +113,7 @@ class rest_per_path {
             std::vector<token_id> best;
             for (size_t k = 0; k < at.paths.size(); ++k) {
                 auto s = c_.m->new_sampler(with_seed(c_.sp, mix_seed(seed, step, k)));
+                for (token_id t : c_.prompt) s->accept(t);  // the penalty window, as the decoder fills it
                 for (token_id t : out) s->accept(t);
                 std::vector<token_id> got;
                 const std::vector<std::int32_t> & path = at.paths[k];

@@ -148,9 +148,10 @@ TEST_F(ServerApi, ApiKeyIsRequired) {
 // without "Bearer "), CORS for browser clients (a preflight needs no key), and max_tokens -1 (llama.cpp's web UI).
 TEST_F(ServerApi, LlamaServerAliasesKeysAndCors) {
     httplib::Client cli("127.0.0.1", srv_->port());
-    const auto pre = cli.Options("/v1/chat/completions", httplib::Headers{{"Origin", "http://ui.example"},
-                                                                          {"Access-Control-Request-Method", "POST"},
-                                                                          {"Access-Control-Request-Headers", "authorization,content-type"}});
+    const httplib::Headers ask = {{"Origin", "http://ui.example"},
+                                  {"Access-Control-Request-Method", "POST"},
+                                  {"Access-Control-Request-Headers", "authorization,content-type"}};
+    const auto pre = cli.Options("/v1/chat/completions", ask);
     ASSERT_TRUE(pre);
     EXPECT_EQ(pre->status, 204);
     EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "*");

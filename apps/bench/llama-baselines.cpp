@@ -269,7 +269,7 @@ plain_result llama_plain::run(const std::vector<rest::token_id> & prompt, std::i
             llama_sampler_chain_add(smpl.get(), llama_sampler_init_greedy());
         } else {
             const std::int32_t n_vocab = llama_vocab_n_tokens(vocab);
-            if (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+            if (p.penalized()) {
                 llama_sampler_chain_add(smpl.get(), llama_sampler_init_penalties(n_vocab, p.repeat_last_n,
                                                                                  p.repeat_penalty,
                                                                                  p.frequency_penalty,
@@ -282,6 +282,7 @@ plain_result llama_plain::run(const std::vector<rest::token_id> & prompt, std::i
             llama_sampler_chain_add(smpl.get(), llama_sampler_init_dist(p.seed));
         }
     }
+    for (const llama_token t : prompt) llama_sampler_accept(smpl.get(), t);  // as llama.cpp's server and CLI do
     const double t0 = now_us();
     llama_memory_clear(llama_get_memory(ctx), true);
     std::vector<llama_token> buf(prompt.begin(), prompt.end());

@@ -23,11 +23,11 @@ bool empty_value(const json & v, const json & = {}) {  // (json::empty() is fals
 }
 bool never(const json &, const json &) { return false; }
 bool is_true(const json & v, const json &) { return v.is_boolean() && v.get<bool>(); }
-bool negative(const json & v, const json &) { return v.is_number() && v.get<double>() < 0.0; }
+bool minus_one(const json & v, const json &) { return v.is_number() && v.get<double>() == -1.0; }
 // llama-server's "none" returns a thinking model's text whole, as this server does; "auto" splits out the thinking
 // only for templates that have it (the web UI sends it on every request), so it is taken as "none".
 bool no_reasoning_split(const json & v, const json &) {
-    return v.is_string() && (v == "none" || v == "auto" || v.get_ref<const std::string &>().empty());
+    return v == "none" || v == "auto";
 }
 // llama-server turns a json_schema, {} included, into a grammar, unless the request has a grammar of its own (the
 // web UI sends both, the grammar empty).
@@ -108,8 +108,8 @@ constexpr foreign_field k_fields[] = {
     // llama.cpp's web UI: a thinking model's text and budget, which only templates with thinking tags act on.
     {"reasoning_format", no_reasoning_split, "\"none\" or \"auto\" (the text is returned whole)", k_chat},
     {"reasoning_control", any, "", k_chat},  // arms a budget sampler that ends thinking on request; no request here
-    {"thinking_budget_tokens", negative, "-1", k_chat},
-    {"reasoning_budget_tokens", negative, "-1", k_chat},
+    {"thinking_budget_tokens", minus_one, "-1", k_chat},
+    {"reasoning_budget_tokens", minus_one, "-1", k_chat},
     {"continue_final_message", is_false, "false", k_chat},
     {"add_generation_prompt", is_true, "true", k_chat},
     // The web UI sends its typical-p setting as typ_p, a name llama-server does not read (it reads typical_p): the

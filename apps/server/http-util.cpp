@@ -42,7 +42,7 @@ bool answer_cors(const httplib::Request & req, httplib::Response & res) {
         return false;
     }
     const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");  // DELETE: /v1/corpora/NAME
     res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
     res.set_header("Access-Control-Max-Age", "86400");
     res.status = 204;

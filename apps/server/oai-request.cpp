@@ -333,8 +333,8 @@ completion_spec parse_completion_request(const std::string & body_text, api_kind
     }
 
     const std::int64_t int_max = std::numeric_limits<std::int32_t>::max();
-    // -1 means no limit, as an absent field, in each: llama-server takes it so (llama.cpp's web UI sends
-    // max_tokens: -1 for "unlimited"). n_predict is llama-server's name, which it reads first.
+    // -1 in each is as if the field were absent (the server's --n-predict, by default no limit), as llama-server
+    // takes it: llama.cpp's web UI sends max_tokens: -1 for "unlimited". n_predict is llama-server's name, read first.
     auto limit = [&](const char * key) {
         const auto n = (std::int32_t) get_int(body, key, -1, -1, int_max);
         if (n == 0) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <utility>
 
 namespace {
 
@@ -170,15 +171,13 @@ void handle_completion(server_state & st, const httplib::Request & req, httplib:
 
 void add_completion_routes(httplib::Server & svr, server_state & st) {
     // llama-server serves both under a base URL without /v1 too.
-    for (const char * path : {"/v1/completions", "/completions"}) {
-        svr.Post(path, [&st](const httplib::Request & req, httplib::Response & res) {
-            handle_completion(st, req, res, api_kind::completion);
-        });
-        refuse_other_methods(svr, path, "POST");
-    }
-    for (const char * path : {"/v1/chat/completions", "/chat/completions"}) {
-        svr.Post(path, [&st](const httplib::Request & req, httplib::Response & res) {
-            handle_completion(st, req, res, api_kind::chat);
+    const std::pair<const char *, api_kind> routes[] = {{"/v1/completions", api_kind::completion},
+                                                        {"/completions", api_kind::completion},
+                                                        {"/v1/chat/completions", api_kind::chat},
+                                                        {"/chat/completions", api_kind::chat}};
+    for (const auto & [path, kind] : routes) {
+        svr.Post(path, [&st, kind](const httplib::Request & req, httplib::Response & res) {
+            handle_completion(st, req, res, kind);
         });
         refuse_other_methods(svr, path, "POST");
     }

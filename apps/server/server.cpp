@@ -214,7 +214,8 @@ void server::impl::setup_http() {
         }
         res.set_header("WWW-Authenticate", "Bearer");
         reply_error(res, api_error(401,
-                                   "Incorrect or missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'",
+                                   "Incorrect or missing API key: send 'Authorization: Bearer <key>' or "
+                                   "'X-Api-Key: <key>'",
                                    "invalid_request_error", "", "invalid_api_key"));
         return handler_response::Handled;
     });

@@ -125,9 +125,7 @@ std::int32_t decoder::begin(request & r, std::span<const token_id> prompt, std::
     r.stats.n_cached = kept;
     r.root           = prompt.back();
     // The prompt enters the sampler's penalty window as llama.cpp's server and CLI feed it: penalties cover it too.
-    if (r.sampler) {
-        for (const token_id t : prompt) r.sampler->accept(t);
-    }
+    for (const token_id t : prompt) r.sampler->accept(t);
     if (r.draft) {
         // The request's whole context at most, and not a long context's worth for an unbounded request; first, so
         // that the prompt is indexed into tables of their final size.
