@@ -172,6 +172,13 @@ TEST_F(ServerApi, LlamaServerAliasesKeysAndCors) {
     ASSERT_TRUE(bad);
     EXPECT_EQ(bad->status, 401);
     EXPECT_EQ(client(srv_->port()).get("/v1/health").status, 200) << "no key needed, as for /health";
+    // /props: what a request without sampling fields gets, and the slots' context (llama.cpp's web UI reads them).
+    const auto props = api().get("/props");
+    ASSERT_EQ(props.status, 200) << props.body;
+    EXPECT_EQ(props.json["total_slots"], 4);
+    EXPECT_EQ(props.json["default_generation_settings"]["n_ctx"], v1.json["data"][0]["meta"]["n_ctx_slot"]);
+    EXPECT_EQ(props.json["default_generation_settings"]["params"]["temperature"], 1.0);
+    EXPECT_EQ(props.json["modalities"]["vision"], false);
 
     json body = completion_body("Once upon a time", 6);
     const auto a = api().post("/v1/completions", body);

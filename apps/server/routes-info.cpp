@@ -1,5 +1,6 @@
 // GET /health, GET /v1/models, GET /metrics, POST and GET /v1/corpus.
 #include "http-util.h"
+#include "oai-request.h"
 #include "routes.h"
 
 using json = nlohmann::json;
@@ -114,6 +115,31 @@ void add_info_routes(httplib::Server & svr, server_state & st) {
     svr.Get("/v1/models", models);
     svr.Get("/models", models);
 
+    // llama-server's server properties, the part its clients read (llama.cpp's web UI: the context size, the
+    // defaults of its sampling settings, modalities). The defaults are what a request that gives none gets.
+    svr.Get("/props", [&st](const httplib::Request &, httplib::Response & res) {
+        st.metrics.on_request("props");
+        const rest::sampler_params d = parse_completion_request(R"({"prompt": ""})", api_kind::completion).sampling;
+        const json params = {{"n_predict", st.params.n_predict},
+                             {"temperature", d.temp},
+                             {"top_k", d.top_k},
+                             {"top_p", d.top_p},
+                             {"min_p", d.min_p},
+                             {"repeat_penalty", d.repeat_penalty},
+                             {"repeat_last_n", d.repeat_last_n},
+                             {"presence_penalty", d.presence_penalty},
+                             {"frequency_penalty", d.frequency_penalty},
+                             {"seed", -1},
+                             {"speculative", st.params.speculate}};
+        reply_json(res, 200,
+                   json{{"default_generation_settings", {{"n_ctx", st.limits.n_ctx_slot}, {"params", params}}},
+                        {"total_slots", st.eng.load().n_slots},
+                        {"model_alias", st.model_id},
+                        {"model_path", st.params.model_path},
+                        {"modalities", {{"vision", false}, {"audio", false}}},
+                        {"build_info", "rest.cpp"}});
+    });
+
     svr.Get("/metrics", [&st](const httplib::Request &, httplib::Response & res) {
         st.metrics.on_request("metrics");
         res.status = 200;
@@ -149,7 +175,7 @@ void add_info_routes(httplib::Server & svr, server_state & st) {
             reply_error(res, e);
         }
     });
-    for (const char * path : {"/health", "/v1/health", "/v1/models", "/models", "/metrics"}) {
+    for (const char * path : {"/health", "/v1/health", "/v1/models", "/models", "/props", "/metrics"}) {
         refuse_other_methods(svr, path, "GET");
     }
     refuse_other_methods(svr, "/v1/corpus", "GET, POST");
