@@ -349,9 +349,9 @@ void run_bench(const bench_args & a) {
 
     const auto sums = bench::summarize(methods, cases, cells, reference);
     const auto j    = bench::results_json(sums, methods, cases, cells, s.costs(), meta);
-    std::ofstream(a.out + "/results.json") << j.dump(1) << "\n";
+    bench::write_result_file(a.out, "results.json", j.dump(1) + "\n");
     const std::string md = bench::markdown_table(sums, meta);
-    std::ofstream(a.out + "/results.md") << md;
+    bench::write_result_file(a.out, "results.md", md);
     bench::write_plot_tables(a.out, sums, s.costs());
     std::fputs(md.c_str(), stdout);
     std::fprintf(stderr, "bench: wrote %s/results.json, results.md, speedup.tsv, accept.tsv, cost.tsv (%.1f s)\n",
@@ -393,7 +393,9 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
     cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
-    cmd->add_option("--seed", a->sampling.seed, "Sampling seed (the same for every method)")->capture_default_str();
+    cmd->add_option("--seed", a->sampling.seed, "Sampling seed (the same for every method) (-1 or 4294967295: random)")
+        ->transform([](std::string v) { return v == "-1" ? std::string("4294967295") : v; })  // llama.cpp's -1
+        ->capture_default_str();
     cmd->add_option("--draft-max", a->sp.n_draft_max, "rest: cap on draft nodes per step (-1: 64)")->capture_default_str();
     cmd->add_option("--ngram-draft-max", a->mc.ngram.cache_draft_max,
                     "ngram-cache: tokens per draft (llama-lookup's --spec-draft-n-max)")->capture_default_str();

@@ -5,8 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <string>
 
 namespace {
 
@@ -58,6 +62,45 @@ std::string prediction_note(const rest::generation_stats & s) {
            std::to_string(s.n_prediction_rejected) + " rejected";
 }
 
+// One record: its continuation on stdout (after the prompt itself when echo), its statistics added to total.
+void run_record(const generate_args & a, session & s, const prompt_record & rec, bool echo,
+                rest::generation_stats & total) {
+    const auto & tok = s.model().vocab();
+    const auto tokens = s.tokenize_prompt(rec.turns.front());
+    run_options opt;
+    opt.n_predict = a.n_predict;
+    opt.speculate = !a.no_spec;
+    opt.sampling  = a.sampling;
+    if (!rec.prediction.empty()) opt.prediction = s.tokenize_prediction(rec.prediction);
+    // One prompt is echoed before its continuation, once the first token comes: a prompt the context cannot
+    // hold then gives its error alone, not after the whole prompt (or a binary given as -f) on stdout.
+    const auto echo_prompt = [&echo, &rec] {
+        if (echo) std::fputs(rec.turns.front().c_str(), stdout);
+        echo = false;
+    };
+    if (!a.json) {
+        opt.on_token = [&tok, &echo_prompt](rest::token_id t) {
+            echo_prompt();
+            const std::string piece = tok.piece(t);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        };
+    }
+    run_result r = s.run(tokens, opt);
+    echo_prompt();  // nothing was generated
+    if (a.json) {
+        // Random or small models can emit partial UTF-8 sequences: replace them rather than fail the dump.
+        nlohmann::json j   = stats_json(r, tok);
+        j["prompt_tokens"] = tokens;  // prompt_tokens + tokens: the exact sequence (a datastore of own outputs)
+        std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+        std::fputs("\n", stdout);
+    }
+    std::fflush(stdout);
+    total.add(r.stats);
+}
+
 void run_generate(const generate_args & a) {
     if (a.prompt.empty() == a.file.empty()) {
         throw rest::user_error("give exactly one of -p TEXT or -f FILE");
@@ -78,44 +121,25 @@ void run_generate(const generate_args & a) {
     session_params sp = a.sp;
     sp.speculate      = !a.no_spec;
     session s(sp);
-    const auto & tok = s.model().vocab();
 
     rest::generation_stats total;
-    for (const auto & rec : prompts) {
-        const auto tokens = s.tokenize_prompt(rec.turns.front());
-        run_options opt;
-        opt.n_predict = a.n_predict;
-        opt.speculate = !a.no_spec;
-        opt.sampling  = a.sampling;
-        if (!rec.prediction.empty()) opt.prediction = s.tokenize_prediction(rec.prediction);
-        // One prompt is echoed before its continuation, once the first token comes: a prompt the context cannot
-        // hold then gives its error alone, not after the whole prompt (or a binary given as -f) on stdout.
-        bool echo = !a.json && prompts.size() == 1;
-        const auto echo_prompt = [&echo, &rec] {
-            if (echo) std::fputs(rec.turns.front().c_str(), stdout);
-            echo = false;
+    if (std::any_of(prompts.begin(), prompts.end(), [](const prompt_record & r) { return r.turns.size() > 1; })) {
+        std::fprintf(stderr, "rest: warning: %s has records of several turns: generate runs each record's first "
+                     "(rest bench runs them all)\n", a.file.c_str());
+    }
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+        // A record that fails (a prompt the context cannot hold) ends the run naming it; those before it are out.
+        const auto at = [&a, i](const std::string & what) {
+            return a.file.empty() ? what : a.file + ": record " + std::to_string(i + 1) + ": " + what;
         };
-        if (!a.json) {
-            opt.on_token = [&tok, &echo_prompt](rest::token_id t) {
-                echo_prompt();
-                const std::string piece = tok.piece(t);
-                std::fwrite(piece.data(), 1, piece.size(), stdout);
-                std::fflush(stdout);
-                return true;
-            };
+        try {
+            run_record(a, s, prompts[i], !a.json && prompts.size() == 1, total);
+        } catch (const rest::user_error & e) {
+            throw rest::user_error(at(e.what()));
         }
-        run_result r = s.run(tokens, opt);
-        echo_prompt();  // nothing was generated
-        if (a.json) {
-            // Random or small models can emit partial UTF-8 sequences: replace them rather than fail the dump.
-            nlohmann::json j   = stats_json(r, tok);
-            j["prompt_tokens"] = tokens;  // prompt_tokens + tokens: the exact sequence (a datastore of own outputs)
-            std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-        } else {
-            std::fputs("\n", stdout);
+        if (std::ferror(stdout)) {  // a full disk or /dev/full: stop here rather than generate for nothing
+            throw rest::user_error(at(std::string("writing the output failed: ") + std::strerror(errno)));
         }
-        std::fflush(stdout);
-        total.add(r.stats);
     }
     s.save_learned();
     const double gen_us = total.t_total_us - total.t_prefill_us;
@@ -153,7 +177,9 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
     cmd->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
     cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty")->capture_default_str();
-    cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
+    cmd->add_option("--seed", a->sampling.seed, "Sampling seed (-1 or 4294967295: random)")
+        ->transform([](std::string v) { return v == "-1" ? std::string("4294967295") : v; })  // llama.cpp's -1
+        ->capture_default_str();
     add_index_option(cmd, a->sp.index_paths);
     cmd->add_option("--draft-max", a->sp.n_draft_max,
                     "Cap on draft nodes per step; the cost model picks each step's budget below it (-1: 64)")

@@ -2,8 +2,10 @@
 #include "llama-args.h"
 #include "rest/types.h"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -30,6 +32,8 @@ int main(int argc, char ** argv) {
     std::signal(SIGBUS, on_sigbus);
     CLI::App app{"rest.cpp: lossless retrieval-based speculative decoding (REST) for llama.cpp models", "rest"};
     app.require_subcommand(1);
+    // A repeated option takes its last value, as llama.cpp's do (a script's default, then the user's own).
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.set_version_flag("--version", "rest.cpp 0.1.0");
     add_generate_command(app);
     add_index_command(app);
@@ -42,6 +46,11 @@ int main(int argc, char ** argv) {
     for (const auto & a : args) cargv.push_back(a.c_str());
     try {
         app.parse((int) cargv.size(), cargv.data());
+        // Output that did not reach its file (a full disk, /dev/full, a closed pipe's reader) is an error, not 0.
+        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+            std::fprintf(stderr, "rest: error: writing the output failed: %s\n", std::strerror(errno));
+            return 1;
+        }
     } catch (const CLI::ParseError & e) {
         if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
         // A bad argument is one line like every other error (CLI11's own report adds "Run with --help ...").

@@ -249,6 +249,13 @@ TEST_F(bench_cli, bad_method_lists_fail_cleanly) {
     const auto l = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(too_long) + " -n 4 -c 512 --out " +
                        shell_quote(dir_ + "/out2") + " --methods plain");
     EXPECT_TRUE(l.ends_in_error()) << "code " << l.code << " stderr: " << l.err;
+    // A result file that cannot be written (here a directory in its place; a full disk alike) is an error naming it,
+    // where it left empty files and exit 0.
+    std::filesystem::create_directories(dir_ + "/out3/results.md");
+    const auto w = run("bench -m " + shell_quote(model) + " --prompts " + shell_quote(prompts) + " -n 4 --out " +
+                       shell_quote(dir_ + "/out3") + " --methods plain");
+    EXPECT_TRUE(w.ends_in_error()) << "code " << w.code << " stderr: " << w.err;
+    EXPECT_NE(w.err.find("results.md"), std::string::npos) << w.err;
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -272,6 +274,41 @@ TEST_F(generate_cli, greedy_with_penalties_applies_them_and_speculation_matches_
         EXPECT_GT(sj["tokens_per_forward"].get<double>(), 2.0)
             << layout << ": the penalized output's drafts were not accepted";
     }
+}
+
+// Output that cannot be written is an error (it was exit 0 with nothing said), a record that fails is named, the
+// records of several turns are said to run their first only, and llama.cpp's habits hold: a repeated option takes
+// its last value, and a seed of -1 is a random one.
+TEST_F(generate_cli, write_errors_bad_records_and_repeated_options) {
+    const std::string m   = "generate -m " + shell_quote(model_) + " -t 1 ";
+    const std::string err = dir_ + "/full.err";
+    for (const char * json : {"", "--json"}) {
+        const int st = std::system((shell_quote(bin_) + " " + m + "-p hi -n 8 " + json + " >/dev/full 2>" +
+                                    shell_quote(err)).c_str());
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << json;
+        std::ifstream     in(err);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        EXPECT_NE(text.find("rest: error: writing the output failed"), std::string::npos) << json << ": " << text;
+    }
+    std::string long_prompt;
+    for (int i = 0; i < 400; ++i) long_prompt += "word ";
+    const std::string records = dir_ + "/records.jsonl";
+    std::ofstream(records) << R"({"prompt": "one"})" << "\n"
+                           << nlohmann::json{{"prompt", long_prompt}}.dump() << "\n"
+                           << R"({"prompt": "three"})" << "\n";
+    const auto bad = run(m + "-c 256 -n 4 --json -f " + shell_quote(records));
+    EXPECT_TRUE(bad.ends_in_error()) << bad.err;
+    EXPECT_NE(bad.err.find("records.jsonl: record 2: "), std::string::npos) << bad.err;
+    EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << "record 1's output comes first";
+    const std::string turns = dir_ + "/turns.jsonl";
+    std::ofstream(turns) << R"({"turns": ["one", "two"]})" << "\n";
+    const auto t = run(m + "-n 4 --json --field turns -f " + shell_quote(turns));
+    ASSERT_EQ(t.code, 0) << t.err;
+    EXPECT_NE(t.err.find("warning: " + turns + " has records of several turns"), std::string::npos) << t.err;
+    const auto last = run(m + "-p hi -n 3 -n 5 --json --seed -1 --temp 0.8 --seed 7");
+    ASSERT_EQ(last.code, 0) << last.err;
+    EXPECT_EQ(nlohmann::json::parse(last.out)["n_tokens"], 5);
+    EXPECT_EQ(run(m + "-p hi -n 2 --seed -1 --temp 0.8").code, 0) << "llama.cpp's random seed";
 }
 
 TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {

@@ -3,8 +3,10 @@
 #include "rest/types.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -282,26 +284,30 @@ nlohmann::json cost_table_json(const rest::cost_table & costs) {
     return jt;
 }
 
+void write_result_file(const std::string & dir, const std::string & name, const std::string & text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream     f(path);
+    if (!(f << text) || !f.flush()) {  // a full disk shows here, not at open: the file would be left empty
+        throw rest::user_error("cannot write '" + path + "': " + std::strerror(errno));
+    }
+}
+
 void write_plot_tables(const std::string & dir, const std::vector<method_summary> & sums,
                        const rest::cost_table & costs) {
-    auto open = [&](const std::string & name) {
-        std::ofstream f(dir + "/" + name);
-        if (!f) throw rest::user_error("cannot write '" + dir + "/" + name + "'");
-        return f;
-    };
     {
-        std::ofstream f = open("speedup.tsv");
+        std::ostringstream f;
         f << "# method\tmedian\tp25\tp75\tmin\tmax\tM\n";
         for (const auto & s : sums) {
             f << s.name << "\t" << s.speedup_median << "\t" << s.speedup_p25 << "\t" << s.speedup_p75 << "\t"
               << s.speedup_min << "\t" << s.speedup_max << "\t" << s.M << "\n";
         }
+        write_result_file(dir, "speedup.tsv", f.str());
     }
     {
         // Fraction of steps that accepted k draft tokens (k = 0 .. 15, the last row: 15 or more), one column per
         // method; llama-plain and plain only have k = 0 and are left out.
-        constexpr int  k_max = 16;
-        std::ofstream  f     = open("accept.tsv");
+        constexpr int      k_max = 16;
+        std::ostringstream f;
         std::vector<const method_summary *> cols;
         for (const auto & s : sums) {
             if (s.n_drafted > 0) cols.push_back(&s);
@@ -321,13 +327,15 @@ void write_plot_tables(const std::string & dir, const std::vector<method_summary
             }
             f << "\n";
         }
+        write_result_file(dir, "accept.tsv", f.str());
     }
     {
-        std::ofstream f = open("cost.tsv");
+        std::ostringstream f;
         f << "# rows\tt_ms\tt_over_t1\n";
         for (size_t i = 0; i < costs.rows.size() && i < costs.t_us.size(); ++i) {
             f << costs.rows[i] << "\t" << costs.t_us[i] / 1000.0 << "\t" << costs.t_us[i] / costs.t_us[0] << "\n";
         }
+        write_result_file(dir, "cost.tsv", f.str());
     }
 }
 
