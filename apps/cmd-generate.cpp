@@ -112,6 +112,9 @@ void run_generate(const generate_args & a) {
     if (!a.prediction_field.empty() && a.file.empty()) {
         throw rest::user_error("--prediction-field reads the records of -f FILE; give -f");
     }
+    if (a.no_spec && (!a.prediction_file.empty() || !a.prediction_field.empty())) {
+        std::fprintf(stderr, "rest: warning: a prediction only drafts tokens; with --no-spec it is not used\n");
+    }
     std::vector<prompt_record> prompts =
         a.file.empty() ? std::vector<prompt_record>{{{a.prompt}, {}}} : read_prompt_file(a.file, a.field, a.prediction_field);
     if (!a.prediction_file.empty()) {
@@ -183,9 +186,11 @@ void add_generate_command(CLI::App & root) {
     add_index_option(cmd, a->sp.index_paths);
     cmd->add_option("--draft-max", a->sp.n_draft_max,
                     "Cap on draft nodes per step; the cost model picks each step's budget below it (-1: 64)")
+        ->check(CLI::Range(-1, 1 << 20))
         ->capture_default_str();
     cmd->add_option("--draft-fixed", a->sp.n_draft_fixed,
-                    "Verify exactly this many draft nodes every step, each pass on the thread count measured fastest for it (for comparisons)");
+                    "Verify exactly this many draft nodes every step, each pass on the thread count measured fastest for it (for comparisons)")
+        ->check(CLI::Range(-1, 1 << 20));
     add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");

@@ -97,9 +97,11 @@ void add_serve_command(CLI::App & root) {
     add_offload_options(cmd, p->n_gpu_layers, p->rpc_servers);
     cmd->add_option("--draft-max", p->n_draft_max,
                     "Cap on draft nodes per slot and step; the cost model picks each step's budget below it (-1: 64)")
+        ->check(CLI::Range(-1, 1 << 20))
         ->capture_default_str();
     cmd->add_option("--draft-fixed", p->n_draft_fixed,
-                    "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured fastest for it (for comparisons)");
+                    "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured fastest for it (for comparisons)")
+        ->check(CLI::Range(-1, 1 << 20));
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
     add_warm_up_option(cmd, p->warm_up);
     add_layout_option(cmd, p->layout, p->context_per_slot);

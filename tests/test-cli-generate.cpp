@@ -164,7 +164,7 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
     // Values no sampler or context can use: refused, not run (a NaN temperature sampled junk, a context of a
     // billion positions grew by 330 MB/s), and a directory is not a prompt file.
     for (const char * bad : {"--temp nan", "--temp 1 --top-p 0", "--min-p 2", "--repeat-penalty 0", "-t -1", "-b 0",
-                             "-c -5", "-c 1000000000"}) {
+                             "-c -5", "-c 1000000000", "--draft-max -5", "--draft-fixed -2"}) {
         const auto b = run("generate -m " + shell_quote(model_) + " -p hi -n 4 " + bad);
         EXPECT_TRUE(b.one_line_error()) << bad << ": code " << b.code << " stderr: " << b.err;
     }
