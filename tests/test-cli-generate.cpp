@@ -395,7 +395,7 @@ TEST_F(generate_cli, prediction_file_and_field_draft_without_changing_the_output
     std::string huge;
     for (int i = 0; i < 3000; ++i) huge += " word" + std::to_string(i);
     std::ofstream(dir_ + "/huge.txt") << huge;
-    const auto too_long = run(m + "-p hi -c 256 --no-spec --prediction-file " + shell_quote(dir_ + "/huge.txt"));
+    const auto too_long = run(m + "-p hi -c 256 --prediction-file " + shell_quote(dir_ + "/huge.txt"));
     EXPECT_TRUE(too_long.one_line_error()) << too_long.err;
     EXPECT_NE(too_long.err.find("prediction"), std::string::npos) << too_long.err;
 }
