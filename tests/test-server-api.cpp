@@ -196,6 +196,21 @@ TEST_F(ServerApi, LlamaServerAliasesKeysAndCors) {
     EXPECT_LE(c1.json["usage"]["completion_tokens"].get<int>(), 3) << "n_predict, read first, limits it";
 }
 
+// A prediction longer than a slot's context only drafts: it is cut to the context, not refused (OpenAI takes any),
+// and the output stays the request's without it.
+TEST_F(ServerApi, APredictionLongerThanTheContextIsCutNotRefused) {
+    const json plain = completion_body("Once upon a time", 16);
+    json       pred  = plain;
+    std::string text;
+    for (int i = 0; i < 3000; ++i) text += " word" + std::to_string(i);
+    pred["prediction"] = {{"type", "content"}, {"content", text}};
+    const auto a = api().post("/v1/completions", plain);
+    const auto b = api().post("/v1/completions", pred);
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(b.json["rest"]["tokens"], a.json["rest"]["tokens"]);
+}
+
 TEST_F(ServerApi, CompletionsEqualGenerateNoSpec) {
     const int  n   = 40;
     const auto ref = generate_no_spec(model_path_, k_prompts, n, "api-completions");

@@ -85,6 +85,13 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
         }
         std::sort(files.begin(), files.end());
         for (const auto & f : files) {
+            // A file copied in under a name POST would refuse (".hidden", "a b") is left unserved too, so that
+            // every corpus the server names can be made, used and deleted alike.
+            if (!valid_name(fs::path(f).stem().string())) {
+                std::fprintf(stderr, "rest serve: warning: corpus file '%s' not served: its name is not a corpus "
+                             "name (letters, digits, '_', '-', '.'; at most 64; no leading '.')\n", f.c_str());
+                continue;
+            }
             // One damaged file kept every other corpus (and the server) down. It is left as it is, unserved: a POST
             // to its name fails on it (500) rather than replacing it, and DELETE does not know it.
             try {

@@ -48,12 +48,9 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
     }
     if (spec.has_prediction) {
         in.prediction = tok.tokenize(spec.prediction, false, false);
-        if ((std::int64_t) in.prediction.size() > lim.n_ctx_slot) {
-            throw bad_request("'prediction.content' has " + std::to_string(in.prediction.size()) +
-                                  " tokens, but this model's context holds " + std::to_string(lim.n_ctx_slot) +
-                                  " tokens per slot",
-                              "prediction.content", "context_length_exceeded");
-        }
+        // A prediction only drafts: past what a slot can hold it could never be aligned with, so it is cut there
+        // (OpenAI takes any prediction; an edited one runs longer than the output it predicts).
+        if ((std::int64_t) in.prediction.size() > lim.n_ctx_slot) in.prediction.resize((std::size_t) lim.n_ctx_slot);
     }
     in.n_predict   = spec.max_tokens >= 0 ? spec.max_tokens : lim.n_predict_default;
     in.sampling    = spec.sampling;
