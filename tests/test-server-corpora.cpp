@@ -109,6 +109,8 @@ TEST(ServerCorpora, RequestsDraftOnlyFromTheirCorporaWhichSurviveARestart) {
     const int live_fd = ::open(live.c_str(), O_RDONLY);
     ASSERT_GE(live_fd, 0);
     ASSERT_EQ(::flock(live_fd, LOCK_EX), 0);
+    // A good index copied in under names a POST refuses is not served (it could be used but never made alike).
+    for (const char * odd : {"/.hidden.idx", "/bad name.idx"}) fs::copy_file(dir + "/alpha.idx", dir + odd);
     server_process srv;
     ASSERT_EQ(srv.start(serve_args(model, dir), tmp_dir() + "/server-corpora-2.log"), "");
     const client c(srv.port());
@@ -119,6 +121,8 @@ TEST(ServerCorpora, RequestsDraftOnlyFromTheirCorporaWhichSurviveARestart) {
     fs::remove(live);
     EXPECT_EQ(listed["alpha"]["n_documents"], 1) << listed.dump();
     EXPECT_EQ(listed["beta"]["n_documents"], 3) << listed.dump();
+    EXPECT_FALSE(listed.contains(".hidden") || listed.contains("bad name")) << listed.dump();
+    EXPECT_EQ(listed.size(), 3u) << listed.dump();  // alpha, beta, gamma
     const json again = complete(c, {{"corpus", "alpha"}});
     EXPECT_EQ(again["choices"][0]["text"], plain);
     EXPECT_EQ(again["rest"]["n_accepted"].get<int>(), accepted_alpha) << "alpha drafts as before the restart";
