@@ -1,6 +1,9 @@
 #include "llama-args.h"
 
+#include "rest/types.h"
+
 #include <cstring>
+#include <utility>
 
 std::span<const llama_arg_alias> llama_arg_aliases() {
     static const std::vector<llama_arg_alias> aliases = {
@@ -14,6 +17,15 @@ std::span<const llama_arg_alias> llama_arg_aliases() {
 }
 
 namespace {
+
+// llama.cpp's multi-letter short names that rest has no option for: CLI11 would read "-tb 1" as "-t b" and say it
+// cannot convert "b", so they are refused by name instead. {llama.cpp's short name, its long name}.
+constexpr std::pair<const char *, const char *> k_not_here[] = {
+    {"-tb", "--threads-batch"}, {"-ub", "--ubatch-size"}, {"-cnv", "--conversation"}, {"-no-cnv", "--no-conversation"},
+    {"-mli", "--multiline-input"}, {"-sys", "--system-prompt"}, {"-dev", "--device"}, {"-ts", "--tensor-split"},
+    {"-sm", "--split-mode"}, {"-mg", "--main-gpu"}, {"-nkvo", "--no-kv-offload"}, {"-md", "--model-draft"},
+    {"-hf", "--hf-repo"}, {"-hfr", "--hf-repo"}, {"-hff", "--hf-file"}, {"-ot", "--override-tensor"},
+    {"-cmoe", "--cpu-moe"}, {"-kvu", "--kv-unified"}, {"-cb", "--cont-batching"}, {"-sp", "--special"}};
 
 // Whether a is an option name rather than a value: "-x", "--xy", but not "-1" (a negative number, e.g. -fa -1).
 bool looks_like_option(const std::string & a) {
@@ -38,6 +50,11 @@ std::vector<std::string> rewrite_llama_args(std::span<const std::string> args) {
             if (a == al.llama) {
                 hit = &al;
                 break;
+            }
+        }
+        for (const auto & [llama, name] : k_not_here) {
+            if (a == llama) {
+                throw rest::user_error(a + " is llama.cpp's " + name + ", which rest does not have");
             }
         }
         if (!hit) {

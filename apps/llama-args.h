@@ -19,4 +19,5 @@ std::span<const llama_arg_alias> llama_arg_aliases();
 // args without the program name. Rewrites each alias that stands alone as an argument, up to a "--" (after which
 // everything is positional). `-fa` without a value (llama.cpp's older flag form: last, or followed by another
 // option) becomes `--flash-attn=on`; a value (on, off, auto, 1, 0, -1, ...) is kept for --flash-attn to check.
+// Throws rest::user_error for a llama.cpp multi-letter name rest has no option for (-tb, -cnv, ...), naming it.
 std::vector<std::string> rewrite_llama_args(std::span<const std::string> args);

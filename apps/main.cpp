@@ -26,6 +26,28 @@ extern "C" void on_sigbus(int) {
     ::_exit(1);
 }
 
+// "rest genrate" or "rest index foo": CLI11 says only that a subcommand is required; this names the word and the
+// commands there are. "" where the command line named its commands.
+std::string unknown_command(const CLI::App & app) {
+    const CLI::App * at   = &app;
+    std::string      path = "rest";
+    for (bool deeper = true; deeper;) {
+        deeper = false;
+        for (const CLI::App * sub : at->get_subcommands()) {
+            at     = sub;
+            path  += " " + sub->get_name();
+            deeper = true;
+            break;
+        }
+    }
+    if (at->get_require_subcommand_min() == 0 || !at->get_subcommands().empty() || at->remaining().empty()) {
+        return "";
+    }
+    std::string names;
+    for (const CLI::App * sub : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+    return "'" + at->remaining().front() + "' is not a command of '" + path + "' (commands: " + names + ")";
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -40,11 +62,11 @@ int main(int argc, char ** argv) {
     add_bench_command(app);
     add_serve_command(app);
     add_fixture_command(app);
-    // llama.cpp's -ngl, -np, -fa, ... become rest's long names first (llama-args.h says why).
-    const std::vector<std::string> args = rewrite_llama_args(std::vector<std::string>(argv + 1, argv + argc));
-    std::vector<const char *>      cargv = {argv[0]};
-    for (const auto & a : args) cargv.push_back(a.c_str());
     try {
+        // llama.cpp's -ngl, -np, -fa, ... become rest's long names first (llama-args.h says why).
+        const std::vector<std::string> args = rewrite_llama_args(std::vector<std::string>(argv + 1, argv + argc));
+        std::vector<const char *>      cargv = {argv[0]};
+        for (const auto & a : args) cargv.push_back(a.c_str());
         app.parse((int) cargv.size(), cargv.data());
         // Output that did not reach its file (a full disk, /dev/full, a closed pipe's reader) is an error, not 0.
         if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
@@ -53,6 +75,10 @@ int main(int argc, char ** argv) {
         }
     } catch (const CLI::ParseError & e) {
         if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        if (const std::string unknown = unknown_command(app); !unknown.empty()) {
+            std::fprintf(stderr, "rest: error: %s (see --help)\n", unknown.c_str());
+            return e.get_exit_code();
+        }
         // A bad argument is one line like every other error (CLI11's own report adds "Run with --help ...").
         std::fprintf(stderr, "rest: error: %s (see --help)\n", e.what());
         return e.get_exit_code();

@@ -169,6 +169,12 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
         EXPECT_TRUE(b.one_line_error()) << bad << ": code " << b.code << " stderr: " << b.err;
     }
     EXPECT_TRUE(run("generate -m " + shell_quote(model_) + " -f " + shell_quote(dir_) + " -n 4").one_line_error());
+    // A mistyped command is named, with the commands there are.
+    const auto typo = run("genrate -m " + shell_quote(model_));
+    EXPECT_TRUE(typo.one_line_error()) << typo.err;
+    EXPECT_NE(typo.err.find("'genrate' is not a command of 'rest' (commands: generate,"), std::string::npos) << typo.err;
+    const auto sub = run("index foo");
+    EXPECT_NE(sub.err.find("'foo' is not a command of 'rest index'"), std::string::npos) << sub.err;
     // A prompt the context cannot hold is an error alone: nothing of it on stdout first.
     std::string long_prompt;
     for (int i = 0; i < 800; ++i) long_prompt += "word ";

@@ -577,6 +577,15 @@ TEST(LlamaArgs, MultiLetterNamesBecomeLongOnes) {
     EXPECT_EQ(rewrite({"generate", "-p", "x-ngl", "-ngl5", "--ngl", "1"}), (v{"generate", "-p", "x-ngl", "-ngl5", "--ngl", "1"}));
     EXPECT_EQ(rewrite({"index", "build", "--", "-ngl"}), (v{"index", "build", "--", "-ngl"}));
     EXPECT_EQ(rewrite({}), v{});
+    // llama.cpp's names that rest has no option for are refused by name (CLI11 read -tb 1 as -t b).
+    for (const char * n : {"-tb", "-cnv", "-no-cnv", "-ub"}) {
+        try {
+            rewrite({"generate", n, "1"});
+            ADD_FAILURE() << n << " was not refused";
+        } catch (const rest::user_error & e) {
+            EXPECT_NE(std::string(e.what()).find(std::string(n) + " is llama.cpp's --"), std::string::npos) << e.what();
+        }
+    }
     // Every alias names a long option (the CLI test checks each exists on its commands).
     for (const auto & a : llama_arg_aliases()) {
         EXPECT_TRUE(std::string(a.llama).starts_with("-") && !std::string(a.llama).starts_with("--")) << a.llama;
