@@ -393,11 +393,9 @@ void add_bench_command(CLI::App & root) {
     cmd->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
     cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
-    cmd->add_option("--seed", a->sampling.seed, "Sampling seed (the same for every method) (-1 or 4294967295: random)")
-        ->transform([](std::string v) { return v == "-1" ? std::string("4294967295") : v; })  // llama.cpp's -1
-        ->capture_default_str();
+    add_seed_option(cmd, a->sampling.seed, "Sampling seed for every method (-1 or 4294967295: 42)");
     cmd->add_option("--draft-max", a->sp.n_draft_max, "rest: cap on draft nodes per step (-1: 64)")
-        ->check(CLI::Range(-1, 1 << 20))->capture_default_str();
+        ->check(draft_nodes_range())->capture_default_str();
     cmd->add_option("--ngram-draft-max", a->mc.ngram.cache_draft_max,
                     "ngram-cache: tokens per draft (llama-lookup's --spec-draft-n-max)")->capture_default_str();
     cmd->add_option("--llama-draft-max", a->mc.n_llama_draft_max, "llama.cpp drafters: most draft tokens per step")

@@ -84,7 +84,7 @@ void run_record(const generate_args & a, session & s, const prompt_record & rec,
             const std::string piece = tok.piece(t);
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
-            return true;
+            return !std::ferror(stdout);  // output that goes nowhere ends the record (run_generate reports it)
         };
     }
     run_result r = s.run(tokens, opt);
@@ -117,9 +117,12 @@ void run_generate(const generate_args & a) {
     }
     std::vector<prompt_record> prompts =
         a.file.empty() ? std::vector<prompt_record>{{{a.prompt}, {}}} : read_prompt_file(a.file, a.field, a.prediction_field);
-    if (!a.prediction_file.empty()) {
+    if (!a.prediction_file.empty() && !a.no_spec) {
         const std::string text = read_text_file(a.prediction_file);
         for (auto & rec : prompts) rec.prediction = text;
+    }
+    if (a.no_spec) {
+        for (auto & rec : prompts) rec.prediction.clear();  // not read, so it cannot fail a run it does not serve
     }
     session_params sp = a.sp;
     sp.speculate      = !a.no_spec;
@@ -180,17 +183,16 @@ void add_generate_command(CLI::App & root) {
     cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
     cmd->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
     cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "Presence penalty")->capture_default_str();
-    cmd->add_option("--seed", a->sampling.seed, "Sampling seed (-1 or 4294967295: random)")
-        ->transform([](std::string v) { return v == "-1" ? std::string("4294967295") : v; })  // llama.cpp's -1
-        ->capture_default_str();
+    add_seed_option(cmd, a->sampling.seed, "Sampling seed (-1 or 4294967295: random)");
     add_index_option(cmd, a->sp.index_paths);
     cmd->add_option("--draft-max", a->sp.n_draft_max,
                     "Cap on draft nodes per step; the cost model picks each step's budget below it (-1: 64)")
-        ->check(CLI::Range(-1, 1 << 20))
+        ->check(draft_nodes_range())
         ->capture_default_str();
     cmd->add_option("--draft-fixed", a->sp.n_draft_fixed,
-                    "Verify exactly this many draft nodes every step, each pass on the thread count measured fastest for it (for comparisons)")
-        ->check(CLI::Range(-1, 1 << 20));
+                    "Verify exactly this many draft nodes every step, each pass on the thread count measured fastest "
+                    "for it (for comparisons)")
+        ->check(draft_nodes_range());
     add_verify_options(cmd, a->sp);
     cmd->add_flag("--verbose", a->sp.verbose, "Print the measured verify cost");
     cmd->add_flag("--no-spec", a->no_spec, "Plain decoding (no speculation)");

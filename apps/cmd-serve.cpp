@@ -40,7 +40,10 @@ void run_serve(const server_params & p) {
                  p.speculate ? "on" : "off", p.api_key.empty() ? "" : ", API key required");
     // The one line on stdout: scripts and tests read the port from it (useful with --port 0).
     std::printf("rest serve: listening on http://%s:%d\n", srv.host().c_str(), srv.port());
-    std::fflush(stdout);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {  // serving goes on: the line is for scripts only
+        std::fprintf(stderr, "rest serve: warning: could not write the listening line to stdout\n");
+        std::clearerr(stdout);
+    }
 
     std::atomic<bool> done{false};
     std::thread       watcher([&] {
@@ -97,11 +100,12 @@ void add_serve_command(CLI::App & root) {
     add_offload_options(cmd, p->n_gpu_layers, p->rpc_servers);
     cmd->add_option("--draft-max", p->n_draft_max,
                     "Cap on draft nodes per slot and step; the cost model picks each step's budget below it (-1: 64)")
-        ->check(CLI::Range(-1, 1 << 20))
+        ->check(draft_nodes_range())
         ->capture_default_str();
     cmd->add_option("--draft-fixed", p->n_draft_fixed,
-                    "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured fastest for it (for comparisons)")
-        ->check(CLI::Range(-1, 1 << 20));
+                    "Verify exactly this many draft nodes per slot and step, each pass on the thread count measured "
+                    "fastest for it (for comparisons)")
+        ->check(draft_nodes_range());
     cmd->add_flag("--no-spec", [p](std::int64_t) { p->speculate = false; }, "Plain decoding for every request");
     add_warm_up_option(cmd, p->warm_up);
     add_layout_option(cmd, p->layout, p->context_per_slot);

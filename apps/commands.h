@@ -23,5 +23,9 @@ void add_index_option(CLI::App * cmd, std::vector<std::string> & paths, const st
 void add_offload_options(CLI::App * cmd, std::int32_t & n_gpu_layers, std::string & rpc_servers);
 // --recalibrate: measure the verify cost again instead of using the cached table (generate, bench, serve).
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate);
+// --seed, where llama.cpp's -1 means the same as 4294967295 (what `what` says it means).
+void add_seed_option(CLI::App * cmd, std::uint32_t & seed, const std::string & what);
+// The values --draft-max and --draft-fixed take: -1 (their default meaning) or a node count.
+CLI::Validator draft_nodes_range();
 // --no-warmup: no forward passes before the first request (generate, serve; llama.cpp's spelling).
 void add_warm_up_option(CLI::App * cmd, bool & warm_up);

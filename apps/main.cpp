@@ -2,6 +2,7 @@
 #include "llama-args.h"
 #include "rest/types.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -40,12 +41,13 @@ std::string unknown_command(const CLI::App & app) {
             break;
         }
     }
-    if (at->get_require_subcommand_min() == 0 || !at->get_subcommands().empty() || at->remaining().empty()) {
-        return "";
-    }
+    if (at->get_require_subcommand_min() == 0 || !at->get_subcommands().empty()) return "";
+    const std::vector<std::string> left = at->remaining();
+    const auto word = std::find_if(left.begin(), left.end(), [](const std::string & a) { return !a.starts_with("-"); });
+    if (word == left.end()) return "";
     std::string names;
     for (const CLI::App * sub : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
-    return "'" + at->remaining().front() + "' is not a command of '" + path + "' (commands: " + names + ")";
+    return "'" + *word + "' is not a command of '" + path + "' (commands: " + names + ")";
 }
 
 }  // namespace
@@ -54,7 +56,8 @@ int main(int argc, char ** argv) {
     std::signal(SIGBUS, on_sigbus);
     CLI::App app{"rest.cpp: lossless retrieval-based speculative decoding (REST) for llama.cpp models", "rest"};
     app.require_subcommand(1);
-    // A repeated option takes its last value, as llama.cpp's do (a script's default, then the user's own).
+    // A repeated single-value option takes its last value, as llama.cpp's do (a script's default, then the user's
+    // own); options that take a list (--index, files) keep every value.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.set_version_flag("--version", "rest.cpp 0.1.0");
     add_generate_command(app);
@@ -68,9 +71,12 @@ int main(int argc, char ** argv) {
         std::vector<const char *>      cargv = {argv[0]};
         for (const auto & a : args) cargv.push_back(a.c_str());
         app.parse((int) cargv.size(), cargv.data());
-        // Output that did not reach its file (a full disk, /dev/full, a closed pipe's reader) is an error, not 0.
+        // Output that did not reach its file (a full disk, /dev/full) is an error, not 0. A failed write's errno
+        // is long gone by now (glibc drops the buffer, so this flush succeeds): its own only if this flush fails.
+        errno = 0;
         if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-            std::fprintf(stderr, "rest: error: writing the output failed: %s\n", std::strerror(errno));
+            std::fprintf(stderr, "rest: error: writing the output failed%s%s\n", errno ? ": " : "",
+                         errno ? std::strerror(errno) : "");
             return 1;
         }
     } catch (const CLI::ParseError & e) {

@@ -18,6 +18,16 @@ void add_layout_option(CLI::App * cmd, std::string & layout, bool & context_per_
                   "models with flash attention on a CPU); costs one forward pass per slot per step");
 }
 
+void add_seed_option(CLI::App * cmd, std::uint32_t & seed, const std::string & what) {
+    cmd->add_option("--seed", seed, what)
+        ->transform([](std::string v) { return v == "-1" ? std::string("4294967295") : v; })  // llama.cpp's -1
+        ->capture_default_str();
+}
+
+CLI::Validator draft_nodes_range() {
+    return CLI::Range(-1, 1 << 20);
+}
+
 void add_recalibrate_option(CLI::App * cmd, bool & recalibrate) {
     cmd->add_flag("--recalibrate", recalibrate,
                   "Measure the verify cost again (e.g. after a change of machine load) and replace the cached table");

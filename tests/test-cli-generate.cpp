@@ -172,7 +172,8 @@ TEST_F(generate_cli, bad_arguments_fail_cleanly) {
     // A mistyped command is named, with the commands there are.
     const auto typo = run("genrate -m " + shell_quote(model_));
     EXPECT_TRUE(typo.one_line_error()) << typo.err;
-    EXPECT_NE(typo.err.find("'genrate' is not a command of 'rest' (commands: generate,"), std::string::npos) << typo.err;
+    EXPECT_NE(typo.err.find("'genrate' is not a command of 'rest' (commands: generate,"), std::string::npos)
+        << typo.err;
     const auto sub = run("index foo");
     EXPECT_NE(sub.err.find("'foo' is not a command of 'rest index'"), std::string::npos) << sub.err;
     // A prompt the context cannot hold is an error alone: nothing of it on stdout first.

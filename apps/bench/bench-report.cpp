@@ -286,9 +286,12 @@ nlohmann::json cost_table_json(const rest::cost_table & costs) {
 
 void write_result_file(const std::string & dir, const std::string & name, const std::string & text) {
     const std::string path = dir + "/" + name;
-    std::ofstream     f(path);
-    if (!(f << text) || !f.flush()) {  // a full disk shows here, not at open: the file would be left empty
-        throw rest::user_error("cannot write '" + path + "': " + std::strerror(errno));
+    errno                  = 0;
+    std::ofstream f(path);
+    f << text;
+    f.close();
+    if (f.fail()) {  // a full disk shows at the write or the close, not at open: the file would be left empty
+        throw rest::user_error("cannot write '" + path + "'" + (errno ? std::string(": ") + std::strerror(errno) : ""));
     }
 }
 

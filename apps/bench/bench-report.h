@@ -78,6 +78,7 @@ nlohmann::json results_json(const std::vector<method_summary> & sums, const std:
 
 // Writes text to dir/name; throws rest::user_error naming the file when it cannot be written whole.
 void write_result_file(const std::string & dir, const std::string & name, const std::string & text);
+
 // Writes speedup.tsv, accept.tsv and cost.tsv under dir.
 void write_plot_tables(const std::string & dir, const std::vector<method_summary> & sums,
                        const rest::cost_table & costs);

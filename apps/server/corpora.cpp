@@ -16,6 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr const char * k_name_rule = "a corpus name is 1-64 letters, digits, '_', '-' or '.', not starting with '.'";
+
 bool valid_name(const std::string & n) {
     if (n.empty() || n.size() > 64 || n[0] == '.') return false;
     for (char c : n) {
@@ -88,8 +90,7 @@ corpus_set::corpus_set(const std::vector<std::string> & index_paths, const std::
             // A file copied in under a name POST would refuse (".hidden", "a b") is left unserved too, so that
             // every corpus the server names can be made, used and deleted alike.
             if (!valid_name(fs::path(f).stem().string())) {
-                std::fprintf(stderr, "rest serve: warning: corpus file '%s' not served: its name is not a corpus "
-                             "name (letters, digits, '_', '-', '.'; at most 64; no leading '.')\n", f.c_str());
+                std::fprintf(stderr, "rest serve: warning: corpus file '%s' not served: %s\n", f.c_str(), k_name_rule);
                 continue;
             }
             // One damaged file kept every other corpus (and the server) down. It is left as it is, unserved: a POST
@@ -143,7 +144,7 @@ std::shared_ptr<const rest::datastore> corpus_set::select(const std::vector<std:
 corpus_info corpus_set::add(const std::string & name, const std::vector<std::vector<rest::token_id>> & documents) {
     if (dir_.empty()) throw corpus_error(400, "this server keeps no corpora: start it with --corpus-dir");
     if (!valid_name(name)) {
-        throw corpus_error(400, "a corpus name is 1-64 letters, digits, '_', '-' or '.', not starting with '.'");
+        throw corpus_error(400, k_name_rule);
     }
     std::lock_guard<std::mutex> writing(write_mutex_);
     {

@@ -1,4 +1,4 @@
-// GET /health, GET /v1/models, GET /metrics, POST and GET /v1/corpus.
+// GET /health (and /v1/health), GET /v1/models (and /models), GET /props, GET /metrics, POST and GET /v1/corpus.
 #include "http-util.h"
 #include "oai-request.h"
 #include "routes.h"

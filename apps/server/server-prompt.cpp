@@ -48,8 +48,9 @@ job_input prepare_job(const completion_spec & spec, const rest::tokenizer & tok,
     }
     if (spec.has_prediction) {
         in.prediction = tok.tokenize(spec.prediction, false, false);
-        // A prediction only drafts: past what a slot can hold it could never be aligned with, so it is cut there
-        // (OpenAI takes any prediction; an edited one runs longer than the output it predicts).
+        // A prediction only drafts, so one longer than a slot is cut to it rather than refused (OpenAI takes any; an
+        // edited one runs longer than the output it predicts). What is cut could still have drafted where the output
+        // skips ahead in it: drafts lost, never output changed.
         if ((std::int64_t) in.prediction.size() > lim.n_ctx_slot) in.prediction.resize((std::size_t) lim.n_ctx_slot);
     }
     in.n_predict   = spec.max_tokens >= 0 ? spec.max_tokens : lim.n_predict_default;

@@ -82,7 +82,8 @@ async function predictedOutputs(client, model) {
                          (e) => e.status === 400 && /prediction\.content/.test(e.message));
     // One longer than a slot's context only drafts: cut to it, as OpenAI takes any, and the output is unchanged.
     const long = { model, prompt, max_tokens: 8, temperature: 0 };
-    const cut = await client.completions.create({ ...long, prediction: { type: 'content', content: 'x '.repeat(5000) } });
+    const huge = { type: 'content', content: 'x '.repeat(5000) };
+    const cut = await client.completions.create({ ...long, prediction: huge });
     assert.equal(cut.choices[0].text, (await client.completions.create(long)).choices[0].text);
     return `prediction: ${d.accepted_prediction_tokens} accepted, ${d.rejected_prediction_tokens} rejected; chat ${cd.accepted_prediction_tokens} / ${cd.rejected_prediction_tokens} (= rest generate)`;
 }
