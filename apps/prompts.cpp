@@ -7,12 +7,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <iterator>
 #include <sstream>
 
 namespace {
 
 // A whole file (through gzip -dc for .gz); `what` names it in errors.
 std::string read_all(const std::string & path, const std::string & what) {
+    if (path == "-") {  // standard input, as `rest index build -` reads it: `... | rest generate -f -`
+        std::string out((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+        if (std::cin.bad()) throw rest::user_error("cannot read the " + what + " from standard input");
+        return out;
+    }
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
         throw rest::user_error(what + " '" + path + "' is a directory");  // an ifstream reads one as empty

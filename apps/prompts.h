@@ -10,8 +10,9 @@ struct prompt_record {
     std::string              prediction;  // the record's predicted output (prediction_field), "" without one
 };
 
-// Throws rest::user_error naming the file and line on bad input. .gz files are read through gzip -dc. A non-empty
-// prediction_field (JSON records only) is the dotted field of each record's predicted output, a string.
+// Throws rest::user_error naming the file and line on bad input. .gz files are read through gzip -dc; "-" reads
+// standard input (a text prompt: it has no extension). A non-empty prediction_field (JSON records only) is the
+// dotted field of each record's predicted output, a string.
 std::vector<prompt_record> read_prompt_file(const std::string & path, const std::string & field,
                                             const std::string & prediction_field = "");
 

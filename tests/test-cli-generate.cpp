@@ -316,6 +316,12 @@ TEST_F(generate_cli, write_errors_bad_records_and_repeated_options) {
     ASSERT_EQ(last.code, 0) << last.err;
     EXPECT_EQ(nlohmann::json::parse(last.out)["n_tokens"], 5);
     EXPECT_EQ(run(m + "-p hi -n 2 --seed -1 --temp 0.8").code, 0) << "llama.cpp's random seed";
+    // -f - reads the prompt from standard input, as `index build -` reads a corpus.
+    const auto piped = run(m + "-f - -n 4 --json", "Once upon a time");
+    ASSERT_EQ(piped.code, 0) << piped.err;
+    const auto given = run(m + "-p 'Once upon a time' -n 4 --json");
+    ASSERT_EQ(given.code, 0) << given.err;
+    EXPECT_EQ(nlohmann::json::parse(piped.out)["prompt_tokens"], nlohmann::json::parse(given.out)["prompt_tokens"]);
 }
 
 TEST_F(generate_cli, json_fields_and_speculation_matches_plain) {
