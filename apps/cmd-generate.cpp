@@ -115,14 +115,13 @@ void run_generate(const generate_args & a) {
     if (a.no_spec && (!a.prediction_file.empty() || !a.prediction_field.empty())) {
         std::fprintf(stderr, "rest: warning: a prediction only drafts tokens; with --no-spec it is not used\n");
     }
+    // With --no-spec a prediction is not read at all, so it cannot fail a run it does not serve.
+    const std::string          pred_field = a.no_spec ? "" : a.prediction_field;
     std::vector<prompt_record> prompts =
-        a.file.empty() ? std::vector<prompt_record>{{{a.prompt}, {}}} : read_prompt_file(a.file, a.field, a.prediction_field);
+        a.file.empty() ? std::vector<prompt_record>{{{a.prompt}, {}}} : read_prompt_file(a.file, a.field, pred_field);
     if (!a.prediction_file.empty() && !a.no_spec) {
         const std::string text = read_text_file(a.prediction_file);
         for (auto & rec : prompts) rec.prediction = text;
-    }
-    if (a.no_spec) {
-        for (auto & rec : prompts) rec.prediction.clear();  // not read, so it cannot fail a run it does not serve
     }
     session_params sp = a.sp;
     sp.speculate      = !a.no_spec;

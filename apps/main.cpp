@@ -32,16 +32,11 @@ extern "C" void on_sigbus(int) {
 std::string unknown_command(const CLI::App & app) {
     const CLI::App * at   = &app;
     std::string      path = "rest";
-    for (bool deeper = true; deeper;) {
-        deeper = false;
-        for (const CLI::App * sub : at->get_subcommands()) {
-            at     = sub;
-            path  += " " + sub->get_name();
-            deeper = true;
-            break;
-        }
+    while (!at->get_subcommands().empty()) {  // down the commands the line named (one at each level)
+        at = at->get_subcommands().front();
+        path += " " + at->get_name();
     }
-    if (at->get_require_subcommand_min() == 0 || !at->get_subcommands().empty()) return "";
+    if (at->get_require_subcommand_min() == 0) return "";
     const std::vector<std::string> left = at->remaining();
     const auto word = std::find_if(left.begin(), left.end(), [](const std::string & a) { return !a.starts_with("-"); });
     if (word == left.end()) return "";
